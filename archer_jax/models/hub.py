@@ -1,0 +1,163 @@
+"""Hugging Face format on disk: resolve a hub name or directory, read and write weights/configs.
+
+A *model directory* is what ``save_pretrained`` writes: ``config.json``, the weights
+(``model.safetensors``, sharded ``model-0000x-of-0000y.safetensors`` + index, or the older
+``pytorch_model.bin``), and usually the tokenizer files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SAFETENSORS = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+TORCH_BIN = "pytorch_model.bin"
+TORCH_BIN_INDEX = "pytorch_model.bin.index.json"
+CONFIG = "config.json"
+_TOKENIZER_FILES = [
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "*.model",
+    "generation_config.json",
+]
+
+
+class ModelLoadError(ValueError):
+    """A model or tokenizer could not be found or read; the message names the name or path."""
+
+
+def is_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` (or the older ``TRANSFORMERS_OFFLINE``) is set."""
+    return any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _looks_like_path(name: str) -> bool:
+    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or os.sep in name.replace("/", "")
+
+
+def resolve(name_or_path: str | os.PathLike) -> Path:
+    """Returns a local model directory for a hub name (``gpt2``) or a directory.
+
+    A hub name is looked up in the Hugging Face cache and downloaded when the hub is reachable
+    (config, tokenizer and safetensors weights; ``pytorch_model.bin`` only where a repo has no
+    safetensors). Raises :class:`ModelLoadError` with a one-line reason otherwise.
+    """
+    name = os.fspath(name_or_path)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise ModelLoadError(f"{path} is a file; pass the model directory that holds {CONFIG} and the weights")
+    if _looks_like_path(name):
+        raise ModelLoadError(f"model directory {path} does not exist")
+    return _download(name)
+
+
+def _download(repo_id: str) -> Path:
+    import huggingface_hub
+    from huggingface_hub import errors as hf_errors
+
+    patterns = [CONFIG, *_TOKENIZER_FILES]
+    try:
+        local = Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=[*patterns, "*.safetensors", SAFETENSORS_INDEX]))
+        if not _weight_files(local):
+            local = Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=[*patterns, "pytorch_model*.bin", TORCH_BIN_INDEX]))
+    except hf_errors.HFValidationError:
+        raise ModelLoadError(f"{repo_id!r} is neither a local directory nor a valid Hugging Face hub name") from None
+    except hf_errors.RepositoryNotFoundError:
+        raise ModelLoadError(f"{repo_id!r} is neither a local directory nor a model on the Hugging Face hub") from None
+    except Exception as e:  # offline mode, no network, or a cache miss: one message for all
+        why = "HF_HUB_OFFLINE is set" if is_offline() else f"the hub is unreachable ({type(e).__name__})"
+        raise ModelLoadError(
+            f"cannot load {repo_id!r}: it is not in the local Hugging Face cache and {why}; "
+            f"download it once where the hub is reachable, or pass a local directory in Hugging Face "
+            f"format ({CONFIG} + {SAFETENSORS}) instead of the name"
+        ) from None
+    return local
+
+
+def read_config(directory: Path) -> dict[str, Any]:
+    """Parses ``config.json`` of a model directory."""
+    file = directory / CONFIG
+    if not file.is_file():
+        raise ModelLoadError(f"{directory} has no {CONFIG}; it is not a Hugging Face model directory")
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise ModelLoadError(f"{file} is not valid JSON: {e}") from None
+
+
+def _weight_files(directory: Path) -> list[Path]:
+    """The weight files to read, preferring safetensors; empty when there are none."""
+    for single, index in ((SAFETENSORS, SAFETENSORS_INDEX), (TORCH_BIN, TORCH_BIN_INDEX)):
+        if (directory / index).is_file():
+            weight_map = json.loads((directory / index).read_text())["weight_map"]
+            return [directory / f for f in sorted(set(weight_map.values()))]
+        if (directory / single).is_file():
+            return [directory / single]
+    return []
+
+
+def read_weights(directory: Path) -> dict[str, np.ndarray]:
+    """All tensors of a model directory as NumPy arrays (bfloat16 via ``ml_dtypes``)."""
+    files = _weight_files(directory)
+    if not files:
+        raise ModelLoadError(
+            f"{directory} has no weights: expected {SAFETENSORS}, {SAFETENSORS_INDEX}, {TORCH_BIN} or {TORCH_BIN_INDEX}"
+        )
+    tensors: dict[str, np.ndarray] = {}
+    for file in files:
+        if not file.is_file():
+            raise ModelLoadError(f"weight file {file} named by the index is missing")
+        tensors.update(_read_safetensors(file) if file.suffix == ".safetensors" else _read_torch_bin(file))
+    return tensors
+
+
+def _read_safetensors(file: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(file)
+    except Exception as e:
+        raise ModelLoadError(f"cannot read {file}: {e}") from None
+
+
+def _read_torch_bin(file: Path) -> dict[str, np.ndarray]:
+    try:
+        import torch
+    except ImportError:
+        raise ModelLoadError(
+            f"{file} is a PyTorch checkpoint and reading it needs torch: pip install torch, "
+            f"or convert the directory to {SAFETENSORS}"
+        ) from None
+    import ml_dtypes
+
+    try:
+        # weights_only: a checkpoint from the internet must not run code.
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ModelLoadError(f"cannot read {file}: {e}") from None
+    out = {}
+    for name, t in state.items():
+        t = t.detach().contiguous()
+        out[name] = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+    return out
+
+
+def write_model_dir(directory: Path, config: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+    """Writes ``config.json`` and ``model.safetensors`` (PyTorch-format metadata) into ``directory``."""
+    from safetensors.numpy import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    save_file(tensors, directory / SAFETENSORS, metadata={"format": "pt"})

@@ -1,0 +1,108 @@
+"""Parameterised layers shared by the models, each parameter tagged with logical axis names.
+
+Logical names (``vocab``, ``embed``, ``heads``, ``kv``, ``mlp``, ``positions``) are metadata
+only: ``archer_jax.sharding`` maps them onto mesh axes. Variables are created unsharded
+(``eager_sharding=False``) so a model can be built with or without a mesh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+Array = jax.Array
+DType = jnp.dtype | type
+
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    # Hugging Face names. "gelu_new" / "gelu_pytorch_tanh" are the tanh approximation.
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_fast": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "tanh": jnp.tanh,
+}
+
+
+def activation(name: str) -> Callable[[Array], Array]:
+    """Returns the activation function that Hugging Face calls ``name``."""
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(
+            f"activation {name!r} is not supported; known: {', '.join(sorted(ACTIVATIONS))}"
+        ) from None
+
+
+def annotated(init: Callable, names: Sequence[str | None]) -> Callable:
+    """Wraps an initializer so the parameter it creates carries logical axis ``names``."""
+    return nnx.with_partitioning(init, tuple(names), eager_sharding=False)
+
+
+def dense(
+    in_features: int | Sequence[int],
+    out_features: int | Sequence[int],
+    in_names: Sequence[str | None],
+    out_names: Sequence[str | None],
+    *,
+    init_std: float,
+    dtype: DType,
+    param_dtype: DType,
+    rngs: nnx.Rngs,
+    use_bias: bool = True,
+) -> nnx.LinearGeneral:
+    """A dense layer (optionally over several input/output axes) with annotated parameters."""
+    in_shape = (in_features,) if isinstance(in_features, int) else tuple(in_features)
+    return nnx.LinearGeneral(
+        in_shape,
+        out_features,
+        axis=tuple(range(-len(in_shape), 0)),
+        use_bias=use_bias,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        kernel_init=annotated(nnx.initializers.normal(init_std), (*in_names, *out_names)),
+        bias_init=annotated(nnx.initializers.zeros_init(), tuple(out_names)),
+        rngs=rngs,
+    )
+
+
+def embedding(
+    num: int,
+    features: int,
+    names: Sequence[str | None],
+    *,
+    init_std: float,
+    dtype: DType,
+    param_dtype: DType,
+    rngs: nnx.Rngs,
+) -> nnx.Embed:
+    """An embedding table with annotated parameters."""
+    return nnx.Embed(
+        num,
+        features,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        embedding_init=annotated(nnx.initializers.normal(init_std), names),
+        rngs=rngs,
+    )
+
+
+def layer_norm(
+    features: int, *, epsilon: float, dtype: DType, param_dtype: DType, rngs: nnx.Rngs
+) -> nnx.LayerNorm:
+    """LayerNorm over the last axis, statistics in float32, annotated scale and bias."""
+    return nnx.LayerNorm(
+        features,
+        epsilon=epsilon,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        scale_init=annotated(nnx.initializers.ones_init(), ("embed",)),
+        bias_init=annotated(nnx.initializers.zeros_init(), ("embed",)),
+        use_fast_variance=False,
+        rngs=rngs,
+    )
