@@ -87,7 +87,14 @@ def hf_to_ours(
             (absent_optional if rule.optional else missing).append(rule.hf)
             continue
         used.add(rule.hf)
-        for path, value in zip(rule.ours, rule.to_ours(stripped[rule.hf]), strict=True):
+        tensor = stripped[rule.hf]
+        try:
+            converted = rule.to_ours(tensor)
+        except ValueError:
+            raise MappingError(
+                f"tensor {rule.hf} has shape {tuple(tensor.shape)}, which does not fit the model built from the config"
+            ) from None
+        for path, value in zip(rule.ours, converted, strict=True):
             ours[path] = value
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")

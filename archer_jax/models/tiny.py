@@ -1,0 +1,143 @@
+"""The tiny preset: small GPT-2 / RoBERTa models with a byte-level BPE tokenizer trained offline.
+
+Used by the tests and by the embedded default run, so nothing is downloaded. The tokenizer is
+trained with ``tokenizers`` on text generated here (dialogues in the style of the project's
+environments); byte-level BPE encodes any text, the corpus only shapes which merges exist.
+Both are written as ordinary Hugging Face directories, so every loader path is exercised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from pathlib import Path
+
+from archer_jax.models.gpt2.model import GPT2Config
+from archer_jax.models.roberta.model import RobertaConfig
+
+KINDS = ("gpt2", "roberta")
+_GPT2_SPECIAL = ["<|endoftext|>"]
+_ROBERTA_SPECIAL = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+
+_OBJECTS = (
+    "airplane car truck bicycle boat train bus motorcycle helicopter rocket dog cat horse cow "
+    "elephant lion tiger bear rabbit mouse snake frog eagle penguin dolphin shark whale apple "
+    "banana orange grape strawberry carrot potato tomato onion bread cheese egg pizza cake "
+    "chair table bed sofa lamp door window mirror clock television computer phone keyboard "
+    "camera radio piano guitar violin drum football basketball tennis ball pen pencil book "
+    "paper scissors knife fork spoon plate cup bottle shirt pants shoes hat coat glove sock "
+    "tree flower grass rock mountain river sun moon star cloud hammer screwdriver ladder rope"
+).split()
+_CATEGORIES = (
+    "an animal", "a vehicle", "a fruit", "a vegetable", "food", "furniture", "an electronic device",
+    "a musical instrument", "a toy", "a tool", "clothing", "a plant", "something in nature",
+    "made of metal", "made of wood", "bigger than a person", "alive", "used in the kitchen",
+    "something you can hold", "found in a house", "used for sports", "used outdoors",
+)
+_CITIES = (
+    "Tokyo, Japan", "Seoul, South Korea", "Paris, France", "London, United Kingdom", "Cairo, Egypt",
+    "Lagos, Nigeria", "Mumbai, India", "Sao Paulo, Brazil", "Mexico City, Mexico", "New York, United States",
+    "Sydney, Australia", "Moscow, Russia", "Istanbul, Turkey", "Jakarta, Indonesia", "Berlin, Germany",
+)
+_COMMANDS = (
+    "look", "inventory", "north", "south", "east", "west", "up", "down", "take paper", "read paper",
+    "open door", "take gun", "examine body", "go to the kitchen", "unlock the door with the key",
+)
+
+
+def tiny_corpus(num_dialogues: int = 600, seed: int = 0) -> list[str]:
+    """Generated training text for the tiny tokenizer (deterministic for a given seed)."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(num_dialogues):
+        obj = rng.choice(_OBJECTS)
+        turns = ["Questions:"]
+        for _ in range(rng.randint(1, 8)):
+            if rng.random() < 0.6:
+                q = f"Is it {rng.choice(_CATEGORIES)}?"
+            else:
+                q = f"Is it a {rng.choice(_OBJECTS)}?"
+            turns.append(f"{q} {rng.choice(['Yes.', 'No.', 'Invalid Question.'])}")
+        turns.append(f"Is it a {obj}? Yes.")
+        lines.append("\n".join(turns) + "\n")
+        city = rng.choice(_CITIES)
+        lines.append(
+            f"Is the city in {city.split(', ')[1]}? Yes. What is the weather like? It is warm.\n"
+            f"Is the city {city}? Yes.\n"
+        )
+        lines.append(" ".join(rng.sample(_COMMANDS, 4)))
+    return lines
+
+
+def train_tokenizer(kind: str, directory: str | os.PathLike, vocab_size: int = 1024, seed: int = 0):
+    """Trains a byte-level BPE tokenizer on :func:`tiny_corpus` and saves it to ``directory``.
+
+    ``kind`` ``gpt2`` gives a GPT-2 style tokenizer (``<|endoftext|>`` as BOS/EOS/UNK);
+    ``roberta`` a RoBERTa style one (``<s> <pad> </s> <unk> <mask>`` = ids 0..4, ``<s>``
+    and ``</s>`` around each text). Returns the Hugging Face tokenizer.
+    """
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if kind not in KINDS:
+        raise ValueError(f"tokenizer kind must be one of {KINDS}, got {kind!r}")
+    special = _GPT2_SPECIAL if kind == "gpt2" else _ROBERTA_SPECIAL
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(tiny_corpus(seed=seed), trainer)
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab, merges = bpe.model.save(tmp)
+        cls = transformers.GPT2Tokenizer if kind == "gpt2" else transformers.RobertaTokenizer
+        tokenizer = cls(vocab=vocab, merges=merges)
+    tokenizer.model_max_length = 512
+    tokenizer.save_pretrained(directory)
+    return tokenizer
+
+
+def tiny_config(kind: str, vocab_size: int) -> GPT2Config | RobertaConfig:
+    """The tiny model config of ``kind`` for a tokenizer of ``vocab_size`` tokens."""
+    if kind == "gpt2":
+        return GPT2Config(
+            vocab_size=vocab_size, n_positions=512, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0
+        )
+    if kind == "roberta":
+        return RobertaConfig(
+            vocab_size=vocab_size,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=256,
+            max_position_embeddings=514,
+        )
+    raise ValueError(f"tiny model kind must be one of {KINDS}, got {kind!r}")
+
+
+def build_tiny(kind: str, directory: str | os.PathLike, seed: int = 0) -> Path:
+    """Writes a randomly initialised tiny ``kind`` model and its tokenizer as an HF directory.
+
+    Reuses ``directory`` when it already holds a tiny model of that kind. Returns its path.
+    """
+    import jax
+    from flax import nnx
+
+    from archer_jax.models.pretrained import ARCHITECTURES, save_pretrained
+
+    directory = Path(directory).expanduser()
+    marker = directory / "config.json"
+    if marker.is_file() and json.loads(marker.read_text()).get("model_type") == kind:
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(kind, directory, seed=seed)
+    config = tiny_config(kind, len(tokenizer))
+    with jax.default_device(jax.local_devices(backend="cpu")[0]):
+        model = ARCHITECTURES[kind].module_cls(config, rngs=nnx.Rngs(seed))
+    return save_pretrained(model, directory, tokenizer=tokenizer)

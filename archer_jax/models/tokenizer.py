@@ -1,0 +1,96 @@
+"""Tokenizers through ``transformers.AutoTokenizer``, set up the way ArCHer uses them.
+
+* Truncation keeps the end of a text (``truncation_side="left"``): a dialogue's latest turns
+  matter most.
+* GPT-2 has no pad token; as in Hugging Face, it pads with EOS.
+* Causal LMs pad on the left (prompts end where generation starts); encoders on the right.
+* :func:`encode` pads a batch to a length bucket so jitted functions see few shapes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from archer_jax.models import hub
+
+_CAUSAL_MODEL_TYPES = ("gpt2", "mistral", "llama", "gemma", "qwen2")
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer_config.json")
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, *, padding_side: str | None = None):
+    """Loads the tokenizer of a hub name or HF-format directory.
+
+    ``padding_side`` defaults to ``left`` for causal LMs (per ``config.json``'s ``model_type``)
+    and ``right`` otherwise. Raises :class:`hub.ModelLoadError` naming the path on failure.
+    """
+    import transformers
+
+    directory = hub.resolve(name_or_path)
+    if padding_side is None:
+        model_type = hub.read_config(directory).get("model_type") if (directory / hub.CONFIG).is_file() else None
+        padding_side = "left" if model_type in _CAUSAL_MODEL_TYPES else "right"
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    if not any((directory / name).is_file() for name in _TOKENIZER_FILES) and not any(directory.glob("*.model")):
+        raise hub.ModelLoadError(
+            f"{directory} has no tokenizer files (tokenizer.json, or vocab.json + merges.txt, or a sentencepiece .model)"
+        )
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    except Exception as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise hub.ModelLoadError(f"{directory}: cannot load a tokenizer: {reason}") from None
+    tokenizer.truncation_side = "left"
+    tokenizer.padding_side = padding_side
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise hub.ModelLoadError(f"{directory}: the tokenizer has neither a pad nor an EOS token to pad with")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def bucket_length(length: int, max_length: int, min_bucket: int = 16) -> int:
+    """The smallest power-of-two bucket ``>= length`` (at least ``min_bucket``), capped at ``max_length``."""
+    bucket = max(min_bucket, 1 << max(length - 1, 0).bit_length())
+    return min(bucket, max_length)
+
+
+class Encoded(NamedTuple):
+    input_ids: np.ndarray  # [batch, length] int32
+    attention_mask: np.ndarray  # [batch, length] int32, 1 = real token
+
+
+def encode(
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    max_length: int,
+    length: int | None = None,
+    min_bucket: int = 16,
+    add_special_tokens: bool = True,
+) -> Encoded:
+    """Tokenizes ``texts``, truncating each from the left to ``max_length`` tokens.
+
+    The batch is padded (on the tokenizer's padding side, with its pad token) to ``length``,
+    or by default to :func:`bucket_length` of its longest row.
+    """
+    rows = tokenizer(
+        list(texts), truncation=True, max_length=max_length, add_special_tokens=add_special_tokens
+    )["input_ids"]
+    longest = max((len(r) for r in rows), default=0)
+    if length is None:
+        length = bucket_length(longest, max_length, min_bucket)
+    elif length < longest:
+        raise ValueError(f"length {length} is shorter than the longest encoded text ({longest} tokens)")
+    ids = np.full((len(rows), length), tokenizer.pad_token_id, np.int32)
+    mask = np.zeros((len(rows), length), np.int32)
+    left = tokenizer.padding_side == "left"
+    for i, row in enumerate(rows):
+        span = slice(length - len(row), length) if left else slice(0, len(row))
+        ids[i, span] = row
+        mask[i, span] = 1
+    return Encoded(ids, mask)

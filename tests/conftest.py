@@ -1,0 +1,9 @@
+"""Test-wide setup: no network, deterministic CPU threads."""
+
+import os
+
+# Tests never touch the network: Hugging Face reads these at import time.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,0 +1,106 @@
+"""Hugging Face PyTorch models as the numerical reference: random tiny configs, saved to disk.
+
+Every parameter (biases and LayerNorms included) is randomised, so a wrongly mapped tensor
+changes the outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the Hugging Face reference models need torch (pip install -e '.[test]')")
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 97
+
+
+def randomize(model, seed: int, scale: float = 0.2):
+    """Replaces every parameter with random values (LayerNorm scales around 1)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            is_norm_scale = ("ln_" in name or "LayerNorm" in name) and name.endswith("weight")
+            p.copy_(1.0 + 0.1 * noise if is_norm_scale else scale * noise)
+    return model.eval()
+
+
+def gpt2(seed: int = 0, **overrides):
+    config = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=VOCAB, n_positions=64, bos_token_id=0, eos_token_id=0)
+    config.update(overrides)
+    return randomize(transformers.GPT2LMHeadModel(transformers.GPT2Config(**config)), seed)
+
+
+def roberta(seed: int = 0, masked_lm: bool = False, **overrides):
+    config = dict(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=VOCAB,
+        max_position_embeddings=40,
+        type_vocab_size=1,
+        layer_norm_eps=1e-5,
+    )
+    config.update(overrides)
+    cls = transformers.RobertaForMaskedLM if masked_lm else transformers.RobertaModel
+    return randomize(cls(transformers.RobertaConfig(**config)), seed)
+
+
+def save(model, directory: Path, fmt: str) -> Path:
+    """Saves ``model`` as ``safetensors`` (save_pretrained) or ``bin`` (torch.save of the state dict,
+    the layout of older checkpoints)."""
+    if fmt == "safetensors":
+        model.save_pretrained(directory)
+    elif fmt == "bin":
+        directory.mkdir(parents=True, exist_ok=True)
+        model.config.save_pretrained(directory)
+        torch.save(model.state_dict(), directory / "pytorch_model.bin")
+    else:
+        raise ValueError(fmt)
+    return directory
+
+
+def padded_batch(lengths, total: int, side: str, pad_id: int, seed: int = 0):
+    """Random token ids, each row ``lengths[i]`` real tokens padded on ``side`` to ``total``."""
+    rng = np.random.default_rng(seed)
+    ids = np.full((len(lengths), total), pad_id, np.int32)
+    mask = np.zeros((len(lengths), total), np.int32)
+    for i, n in enumerate(lengths):
+        span = slice(total - n, total) if side == "left" else slice(0, n)
+        ids[i, span] = rng.integers(3, VOCAB, n)
+        mask[i, span] = 1
+    return ids, mask
+
+
+def gpt2_logits(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """HF logits with position ids counted from each row's first real token (as in generate())."""
+    positions = np.maximum(np.cumsum(mask, -1) - 1, 0)
+    with torch.no_grad():
+        out = model(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            attention_mask=torch.tensor(mask, dtype=torch.long),
+            position_ids=torch.tensor(positions, dtype=torch.long),
+        )
+    return out.logits.numpy()
+
+
+def roberta_outputs(model, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask, dtype=torch.long))
+    pooled = None if out.pooler_output is None else out.pooler_output.numpy()  # None: no pooler
+    return out.last_hidden_state.numpy(), pooled
+
+
+def max_abs_error(ours, ref, mask=None) -> float:
+    diff = np.abs(np.asarray(ours, np.float32) - ref)
+    return float((diff[mask.astype(bool)] if mask is not None else diff).max())
+
+
+def relative_error(ours, ref, mask=None) -> float:
+    """max |ours - ref| / max |ref| over the real positions."""
+    ref_abs = np.abs(ref[mask.astype(bool)] if mask is not None else ref)
+    return max_abs_error(ours, ref, mask) / float(ref_abs.max())

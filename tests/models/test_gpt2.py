@@ -1,0 +1,103 @@
+"""GPT-2 against Hugging Face's PyTorch GPT2LMHeadModel."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from archer_jax import models
+from tests import hf_reference as ref
+
+LENGTHS = (11, 4, 8)  # rows of different lengths, left-padded
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+def test_float32_logits_match_hugging_face(tmp_path, fmt):
+    hf = ref.gpt2(seed=1)
+    ours = models.load_gpt2(ref.save(hf, tmp_path / fmt, fmt))
+    ids, mask = ref.padded_batch(LENGTHS, 12, "left", pad_id=0)
+    expected = ref.gpt2_logits(hf, ids, mask)
+    out = ours(jnp.asarray(ids), jnp.asarray(mask))
+    assert out.logits.dtype == jnp.float32
+    assert ref.max_abs_error(out.logits, expected, mask) < 1e-4
+
+
+def test_left_padding_does_not_change_a_row(tmp_path):
+    """A row's logits are the same alone and inside a left-padded batch."""
+    ours = models.load_gpt2(ref.save(ref.gpt2(seed=2), tmp_path / "m", "safetensors"))
+    ids, mask = ref.padded_batch(LENGTHS, 12, "left", pad_id=0)
+    batch = ours(jnp.asarray(ids), jnp.asarray(mask)).logits
+    alone = ours(jnp.asarray(ids[1:2, -LENGTHS[1] :])).logits
+    np.testing.assert_allclose(np.asarray(batch[1, -LENGTHS[1] :]), np.asarray(alone[0]), atol=1e-5)
+
+
+def test_config_variants_match_hugging_face(tmp_path):
+    """Sizes and options all come from config.json: untied head, n_inner, exact gelu,
+    inverse-layer-index attention scaling."""
+    hf = ref.gpt2(
+        seed=3,
+        n_layer=3,
+        n_embd=48,
+        n_head=3,
+        n_inner=40,
+        activation_function="gelu",
+        scale_attn_by_inverse_layer_idx=True,
+        tie_word_embeddings=False,
+    )
+    ours = models.load_gpt2(ref.save(hf, tmp_path / "m", "safetensors"))
+    assert ours.lm_head is not None and ours.config.n_layer == 3
+    ids, mask = ref.padded_batch(LENGTHS, 12, "left", pad_id=0)
+    expected = ref.gpt2_logits(hf, ids, mask)
+    assert ref.max_abs_error(ours(jnp.asarray(ids), jnp.asarray(mask)).logits, expected, mask) < 1e-4
+
+
+def test_bfloat16_logits_within_2e_2_relative(tmp_path):
+    hf = ref.gpt2(seed=4)
+    ours = models.load_gpt2(ref.save(hf, tmp_path / "m", "safetensors"), dtype=jnp.bfloat16)
+    ids, mask = ref.padded_batch(LENGTHS, 12, "left", pad_id=0)
+    out = ours(jnp.asarray(ids), jnp.asarray(mask))
+    assert out.logits.dtype == jnp.float32  # logits stay float32 under bfloat16 compute
+    assert out.hidden_state.dtype == jnp.bfloat16
+    assert ref.relative_error(out.logits, ref.gpt2_logits(hf, ids, mask), mask) < 2e-2
+
+
+def test_kv_cache_prefill_then_decode_matches_full_forward(tmp_path):
+    """Prefill a left-padded prompt, decode token by token (jitted, traced cache index): each
+    step's logits equal the full-sequence forward's at that position."""
+    hf = ref.gpt2(seed=5)
+    model = models.load_gpt2(ref.save(hf, tmp_path / "m", "safetensors"))
+    prompt_len, new = 8, 5
+    ids, mask = ref.padded_batch((8, 3, 6), prompt_len + new, "left", pad_id=0)
+    # Put the padding before the prompt only: the last `new` columns are real for every row.
+    mask[:, prompt_len:] = 1
+    full = np.asarray(model(jnp.asarray(ids), jnp.asarray(mask)).logits)
+    assert ref.max_abs_error(full, ref.gpt2_logits(hf, ids, mask), mask) < 1e-4
+
+    slots = prompt_len + new
+    cache = models.init_cache(model.config, ids.shape[0], slots)
+    cache_mask = np.zeros_like(mask)
+    cache_mask[:, :prompt_len] = mask[:, :prompt_len]
+    out = model(jnp.asarray(ids[:, :prompt_len]), jnp.asarray(cache_mask), cache=cache, cache_index=0)
+    valid = mask[:, :prompt_len].astype(bool)
+    assert np.abs(np.asarray(out.logits) - full[:, :prompt_len])[valid].max() < 1e-4
+
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def decode(state, token, cache_mask, cache, index):
+        m = nnx.merge(graphdef, state)
+        return m(token, cache_mask, cache=cache, cache_index=index)
+
+    cache = out.cache
+    for t in range(prompt_len, slots):
+        cache_mask[:, t] = 1
+        step = decode(state, jnp.asarray(ids[:, t : t + 1]), jnp.asarray(cache_mask), cache, jnp.int32(t))
+        cache = step.cache
+        np.testing.assert_allclose(np.asarray(step.logits[:, 0]), full[:, t], atol=1e-4)
+
+
+def test_init_cache_rejects_more_slots_than_positions():
+    config = models.GPT2Config(n_positions=16, n_layer=1, n_embd=8, n_head=2, vocab_size=10)
+    with pytest.raises(ValueError, match="n_positions 16"):
+        models.init_cache(config, 1, 17)

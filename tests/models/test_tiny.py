@@ -1,0 +1,56 @@
+"""The tiny preset: offline tokenizer training, HF-format directories, HF compatibility."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from archer_jax import models
+from archer_jax.models import tiny
+from tests import hf_reference as ref
+
+
+def test_tokenizer_saved_and_reloaded_encodes_identically(tmp_path):
+    trained = tiny.train_tokenizer("gpt2", tmp_path / "tok")
+    reloaded = ref.transformers.AutoTokenizer.from_pretrained(tmp_path / "tok")
+    text = "Questions:\nIs it a piano? Yes.\nGo north, then unlock the door with the key. Ünïcödé 42"
+    assert reloaded(text)["input_ids"] == trained(text)["input_ids"]
+    assert reloaded.decode(reloaded(text)["input_ids"]) == text  # byte-level: lossless on any text
+    assert len(trained(text)["input_ids"]) < len(text.encode()) / 2  # the merges compress the corpus' style
+
+
+def test_tokenizer_training_is_deterministic(tmp_path):
+    a = tiny.train_tokenizer("roberta", tmp_path / "a")
+    b = tiny.train_tokenizer("roberta", tmp_path / "b")
+    assert a.get_vocab() == b.get_vocab()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "roberta"])
+def test_tiny_model_is_an_hf_directory_that_torch_loads(tmp_path, kind):
+    directory = models.build_tiny(kind, tmp_path / kind)
+    model = models.load_pretrained(directory)
+    tokenizer = models.load_tokenizer(directory)
+    assert model.config.vocab_size == len(tokenizer)
+    batch = models.encode(tokenizer, ["Questions:\nIs it a dog? No.\n", "Is it red?"], max_length=64)
+    out = model(jnp.asarray(batch.input_ids), jnp.asarray(batch.attention_mask))
+    if kind == "gpt2":
+        hf = ref.transformers.GPT2LMHeadModel.from_pretrained(directory).eval()
+        expected = ref.gpt2_logits(hf, batch.input_ids, batch.attention_mask)
+        assert ref.max_abs_error(out.logits, expected, batch.attention_mask) < 1e-4
+    else:
+        hf = ref.transformers.RobertaModel.from_pretrained(directory).eval()
+        hidden, pooled = ref.roberta_outputs(hf, batch.input_ids, batch.attention_mask)
+        assert ref.max_abs_error(out.last_hidden_state, hidden, batch.attention_mask) < 1e-4
+        assert ref.max_abs_error(out.pooler_output, pooled) < 1e-4
+
+
+def test_build_tiny_reuses_an_existing_directory(tmp_path):
+    directory = models.build_tiny("gpt2", tmp_path / "g", seed=0)
+    first = (directory / "model.safetensors").read_bytes()
+    models.build_tiny("gpt2", directory, seed=1)
+    assert (directory / "model.safetensors").read_bytes() == first
+
+
+def test_unknown_kind():
+    with pytest.raises(ValueError, match="'bert'"):
+        tiny.tiny_config("bert", 10)
+    np.testing.assert_equal(tiny.KINDS, ("gpt2", "roberta"))
