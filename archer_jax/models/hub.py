@@ -27,9 +27,13 @@ _TOKENIZER_FILES = [
     "vocab.json",
     "merges.txt",
     "vocab.txt",
-    "*.model",
+    "tokenizer.model",
+    "spiece.model",
     "generation_config.json",
 ]
+# Top-level weights only: repos also hold onnx/, flax and tf copies that we never read.
+_SAFETENSORS_FILES = [SAFETENSORS, "model-*-of-*.safetensors", SAFETENSORS_INDEX]
+_TORCH_FILES = [TORCH_BIN, "pytorch_model-*-of-*.bin", TORCH_BIN_INDEX]
 
 
 class ModelLoadError(ValueError):
@@ -42,7 +46,8 @@ def is_offline() -> bool:
 
 
 def _looks_like_path(name: str) -> bool:
-    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or os.sep in name.replace("/", "")
+    # Hub ids are "name" or "owner/name"; anything else is meant as a filesystem path.
+    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
 
 
 def resolve(name_or_path: str | os.PathLike) -> Path:
@@ -69,9 +74,9 @@ def _download(repo_id: str) -> Path:
 
     patterns = [CONFIG, *_TOKENIZER_FILES]
     try:
-        local = Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=[*patterns, "*.safetensors", SAFETENSORS_INDEX]))
+        local = Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=[*patterns, *_SAFETENSORS_FILES]))
         if not _weight_files(local):
-            local = Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=[*patterns, "pytorch_model*.bin", TORCH_BIN_INDEX]))
+            local = Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=[*patterns, *_TORCH_FILES]))
     except hf_errors.HFValidationError:
         raise ModelLoadError(f"{repo_id!r} is neither a local directory nor a valid Hugging Face hub name") from None
     except hf_errors.RepositoryNotFoundError:

@@ -131,3 +131,25 @@ def test_sharded_safetensors_checkpoint(tmp_path):
     ids, mask = ref.padded_batch((5, 3), 6, "left", pad_id=0)
     ours = models.load_gpt2(directory)(jnp.asarray(ids), jnp.asarray(mask)).logits
     assert ref.max_abs_error(ours, ref.gpt2_logits(hf, ids, mask), mask) < 1e-4
+
+
+def test_cached_hub_name_loads_offline(tmp_path, monkeypatch):
+    """A hub name already in the Hugging Face cache loads with HF_HUB_OFFLINE=1."""
+    import huggingface_hub.constants
+
+    revision = "0" * 40
+    repo = tmp_path / "hub" / "models--someone--tiny-gpt2"
+    hf = ref.gpt2(seed=6)
+    ref.save(hf, repo / "snapshots" / revision, "safetensors")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    ids, mask = ref.padded_batch((5, 2), 6, "left", pad_id=0)
+    ours = models.load_gpt2("someone/tiny-gpt2")(jnp.asarray(ids), jnp.asarray(mask)).logits
+    assert ref.max_abs_error(ours, ref.gpt2_logits(hf, ids, mask), mask) < 1e-4
+
+
+@pytest.mark.parametrize("name", ["./not-here", "a/b/c", "~/not-here-either"])
+def test_path_like_names_are_not_sent_to_the_hub(name):
+    message = _one_line_error(models.load_gpt2, name)
+    assert "does not exist" in message
