@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-
 from pathlib import Path
 from types import ModuleType
 from typing import Any

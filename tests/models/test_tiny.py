@@ -1,7 +1,6 @@
 """The tiny preset: offline tokenizer training, HF-format directories, HF compatibility."""
 
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from archer_jax import models
@@ -53,4 +52,5 @@ def test_build_tiny_reuses_an_existing_directory(tmp_path):
 def test_unknown_kind():
     with pytest.raises(ValueError, match="'bert'"):
         tiny.tiny_config("bert", 10)
-    np.testing.assert_equal(tiny.KINDS, ("gpt2", "roberta"))
+    with pytest.raises(ValueError, match="'bert'"):
+        tiny.train_tokenizer("bert", "unused")
