@@ -1,4 +1,4 @@
-"""Test-wide setup: no network, deterministic CPU threads."""
+"""Test-wide setup: no network, no progress bars, no tokenizer thread pools."""
 
 import os
 

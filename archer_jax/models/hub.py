@@ -36,6 +36,15 @@ _SAFETENSORS_FILES = [SAFETENSORS, "model-*-of-*.safetensors", SAFETENSORS_INDEX
 _TORCH_FILES = [TORCH_BIN, "pytorch_model-*-of-*.bin", TORCH_BIN_INDEX]
 
 
+# Any of these makes a directory's tokenizer loadable (besides a sentencepiece *.model file).
+_TOKENIZER_DEFINING_FILES = ("tokenizer.json", "vocab.json", "tokenizer_config.json")
+
+
+def has_tokenizer_files(directory: Path) -> bool:
+    """Whether ``directory`` holds the files a tokenizer is built from."""
+    return any((directory / name).is_file() for name in _TOKENIZER_DEFINING_FILES) or any(directory.glob("*.model"))
+
+
 class ModelLoadError(ValueError):
     """A model or tokenizer could not be found or read; the message names the name or path."""
 

@@ -18,7 +18,6 @@ import numpy as np
 from archer_jax.models import hub
 
 _CAUSAL_MODEL_TYPES = ("gpt2", "mistral", "llama", "gemma", "qwen2")
-_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer_config.json")
 
 
 def load_tokenizer(name_or_path: str | os.PathLike, *, padding_side: str | None = None):
@@ -29,13 +28,13 @@ def load_tokenizer(name_or_path: str | os.PathLike, *, padding_side: str | None 
     """
     import transformers
 
+    if padding_side not in (None, "left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
     directory = hub.resolve(name_or_path)
     if padding_side is None:
         model_type = hub.read_config(directory).get("model_type") if (directory / hub.CONFIG).is_file() else None
         padding_side = "left" if model_type in _CAUSAL_MODEL_TYPES else "right"
-    if padding_side not in ("left", "right"):
-        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
-    if not any((directory / name).is_file() for name in _TOKENIZER_FILES) and not any(directory.glob("*.model")):
+    if not hub.has_tokenizer_files(directory):
         raise hub.ModelLoadError(
             f"{directory} has no tokenizer files (tokenizer.json, or vocab.json + merges.txt, or a sentencepiece .model)"
         )

@@ -73,3 +73,8 @@ def test_directory_without_tokenizer_files(tmp_path):
     with pytest.raises(models.ModelLoadError, match=str(tmp_path)) as info:
         models.load_tokenizer(tmp_path)
     assert "\n" not in str(info.value)
+
+
+def test_bad_padding_side_is_named_before_any_lookup(tmp_path):
+    with pytest.raises(ValueError, match="padding_side must be 'left' or 'right', got 'middle'"):
+        models.load_tokenizer(tmp_path / "does-not-exist", padding_side="middle")
