@@ -14,11 +14,6 @@ Results print as a table and are written to benchmarks/results/models_forward_<b
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import statistics
-import time
 from pathlib import Path
 
 import jax
@@ -27,19 +22,7 @@ import numpy as np
 from flax import nnx
 
 from archer_jax import models
-
-
-def _time(fn, repeats: int) -> tuple[float, float]:
-    """(first call seconds, median seconds of the following calls); fn must block."""
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return first, statistics.median(times)
+from common import RESULTS, print_table, time_call, write_result
 
 
 def _batch(batch: int, length: int, vocab: int, left: bool, seed: int = 0):
@@ -75,13 +58,13 @@ def bench_jax(args) -> list[dict]:
         return nnx.merge(graphdef, params)(token, mask, cache=cache, cache_index=index)
 
     out = prefill(params, ids, cache_mask)
-    first, median = _time(lambda: jax.block_until_ready(prefill(params, ids, cache_mask)), args.repeats)
+    first, median = time_call(lambda: jax.block_until_ready(prefill(params, ids, cache_mask)), args.repeats)
     rows.append(dict(model="gpt2-124M", step="prefill", impl="archer_jax", seconds=median, compile_s=first - median,
                      tokens_per_s=args.batch * args.length / median))
     token = jnp.asarray(ids[:, -1:])
     step_mask = cache_mask.copy()
     step_mask[:, args.length] = 1
-    first, median = _time(
+    first, median = time_call(
         lambda: jax.block_until_ready(decode(params, token, step_mask, out.cache, jnp.int32(args.length))), args.repeats
     )
     rows.append(dict(model="gpt2-124M", step="decode 1 token", impl="archer_jax", seconds=median,
@@ -95,7 +78,7 @@ def bench_jax(args) -> list[dict]:
     def encode(params, ids, mask):
         return nnx.merge(rgraph, params)(ids, mask).pooler_output
 
-    first, median = _time(lambda: jax.block_until_ready(encode(rparams, rids, rmask)), args.repeats)
+    first, median = time_call(lambda: jax.block_until_ready(encode(rparams, rids, rmask)), args.repeats)
     rows.append(dict(model="roberta-base", step="encode", impl="archer_jax", seconds=median, compile_s=first - median,
                      tokens_per_s=args.batch * args.length / median))
     return rows
@@ -115,7 +98,7 @@ def bench_torch(args) -> list[dict]:
     pos = torch.clamp(mask_t.cumsum(-1) - 1, min=0)
     with torch.no_grad():
         out = gpt2(input_ids=ids_t, attention_mask=mask_t, position_ids=pos, use_cache=True)
-        _, median = _time(lambda: gpt2(input_ids=ids_t, attention_mask=mask_t, position_ids=pos, use_cache=True),
+        _, median = time_call(lambda: gpt2(input_ids=ids_t, attention_mask=mask_t, position_ids=pos, use_cache=True),
                           args.repeats)
         rows.append(dict(model="gpt2-124M", step="prefill", impl="hf-torch", seconds=median,
                          tokens_per_s=args.batch * args.length / median))
@@ -128,13 +111,13 @@ def bench_torch(args) -> list[dict]:
                  past_key_values=past, use_cache=True)
             past.crop(-1)  # HF's DynamicCache grows in place: drop the new token for the next call
 
-        _, median = _time(decode, args.repeats)
+        _, median = time_call(decode, args.repeats)
         rows.append(dict(model="gpt2-124M", step="decode 1 token", impl="hf-torch", seconds=median,
                          tokens_per_s=args.batch / median))
         roberta = transformers.RobertaModel(transformers.RobertaConfig()).to(dtype).eval()
         rids, rmask = _batch(args.batch, args.length, roberta.config.vocab_size, left=False)
         rids_t, rmask_t = torch.tensor(rids, dtype=torch.long), torch.tensor(rmask, dtype=torch.long)
-        _, median = _time(lambda: roberta(input_ids=rids_t, attention_mask=rmask_t), args.repeats)
+        _, median = time_call(lambda: roberta(input_ids=rids_t, attention_mask=rmask_t), args.repeats)
         rows.append(dict(model="roberta-base", step="encode", impl="hf-torch", seconds=median,
                          tokens_per_s=args.batch * args.length / median))
     return rows
@@ -148,30 +131,20 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-torch", action="store_true", help="skip the Hugging Face PyTorch reference")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
     rows = bench_jax(args) + ([] if args.no_torch else bench_torch(args))
-    backend = jax.default_backend()
-    print(f"backend={backend} devices={jax.devices()} batch={args.batch} length={args.length} dtype={args.dtype}")
-    print(f"{'model':<14}{'step':<16}{'impl':<12}{'ms':>10}{'compile s':>11}{'tokens/s':>12}")
+    print(f"backend={jax.default_backend()} batch={args.batch} length={args.length} dtype={args.dtype}")
     for r in rows:
-        compile_s = f"{r['compile_s']:.1f}" if "compile_s" in r else "-"
-        print(f"{r['model']:<14}{r['step']:<16}{r['impl']:<12}{1e3 * r['seconds']:>10.1f}{compile_s:>11}"
-              f"{r['tokens_per_s']:>12.0f}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    result = dict(
-        benchmark="models_forward",
-        backend=backend,
-        device=str(jax.devices()[0]),
-        cpu_count=os.cpu_count(),
-        platform=platform.platform(),
-        jax=jax.__version__,
-        config=dict(batch=args.batch, length=args.length, new_tokens=args.new_tokens, dtype=args.dtype),
-        rows=rows,
+        r["ms"] = 1e3 * r["seconds"]
+    print_table(
+        rows,
+        [("model", "model", ""), ("step", "step", ""), ("impl", "impl", ""), ("ms", "ms", ".1f"),
+         ("compile_s", "compile s", ".1f"), ("tokens_per_s", "tokens/s", ".0f")],
     )
-    path = args.out / f"models_forward_{backend}_{args.dtype}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    config = dict(batch=args.batch, length=args.length, new_tokens=args.new_tokens, dtype=args.dtype)
+    path = write_result(f"models_forward_{jax.default_backend()}_{args.dtype}", config, rows, args.out)
     print(f"wrote {path}")
 
 

@@ -61,7 +61,7 @@ class GPT2Config(HFConfig):
 
 
 class CausalLMOutput(NamedTuple):
-    logits: Array  # [batch, len, vocab], float32
+    logits: Array | None  # [batch, len, vocab], float32; None with return_logits=False
     hidden_state: Array  # [batch, len, embed], after the final LayerNorm
     cache: tuple[KVCache, ...] | None
 
@@ -152,6 +152,7 @@ class GPT2LMHeadModel(nnx.Module):
         position_ids: Array | None = None,
         cache: tuple[KVCache, ...] | None = None,
         cache_index: Array | int = 0,
+        return_logits: bool = True,
     ) -> CausalLMOutput:
         """Runs the model on ``input_ids`` (``[batch, len]``).
 
@@ -162,6 +163,8 @@ class GPT2LMHeadModel(nnx.Module):
           cache: from :func:`init_cache` or a previous call; the returned output carries the
             updated cache.
           cache_index: the cache slot of ``input_ids[:, 0]``.
+          return_logits: False skips the LM head (``logits`` is None); apply :meth:`lm_logits`
+            to the hidden states that need it, e.g. the last position when sampling.
         """
         batch, length = input_ids.shape
         slots = length if cache is None else cache[0].key.shape[1]
@@ -185,9 +188,12 @@ class GPT2LMHeadModel(nnx.Module):
             x, layer_cache = block(x, mask, None if cache is None else cache[i], cache_index)
             new_cache.append(layer_cache)
         x = self.ln_f(x)
+        logits = self.lm_logits(x) if return_logits else None
+        return CausalLMOutput(logits, x, None if cache is None else tuple(new_cache))
+
+    def lm_logits(self, hidden_state: Array) -> Array:
+        """Float32 vocabulary logits of final hidden states (``[..., embed]`` -> ``[..., vocab]``)."""
         if self.lm_head is None:
             table = self.wte.embedding[...].astype(self.dtype)
-            logits = jnp.einsum("bld,vd->blv", x, table, preferred_element_type=jnp.float32)
-        else:
-            logits = self.lm_head(x).astype(jnp.float32)
-        return CausalLMOutput(logits, x, None if cache is None else tuple(new_cache))
+            return jnp.einsum("...d,vd->...v", hidden_state, table, preferred_element_type=jnp.float32)
+        return self.lm_head(hidden_state).astype(jnp.float32)

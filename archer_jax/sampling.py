@@ -1,0 +1,497 @@
+"""Batched text generation for the Flax GPT-2 policy: one jitted prefill, one jitted decode loop.
+
+    sampler = Sampler(policy, tokenizer, mesh=mesh)
+    out = sampler.generate(observations, jax.random.key(0), SamplingParams(max_new_tokens=32))
+    out.texts       # actions, cut before the first stop string
+    out.tokens      # [batch, max_new_tokens] sampled ids, the stop token included
+    out.logprobs    # log pi(token | prefix) under the model, 0 past each row's length
+
+How it runs:
+
+* Prompts are tokenized with left truncation and left-padded to a power-of-two length bucket;
+  the batch is padded to a power-of-two row bucket (a multiple of the mesh's batch axes), so a
+  run compiles one prefill and one decode program per bucket and sampling setting.
+* The prefill writes the prompt into a KV cache of ``prompt bucket + max_new_tokens`` slots and
+  samples the first token. The decode program is a ``lax.while_loop`` over the donated state
+  (cache included) that stops when every row is done or ``max_new_tokens`` tokens exist.
+* A row is done when it samples EOS or a token whose text contains a stop string (ArCHer's is
+  ``"\\n"``). The stop token stays in ``tokens`` so that the actor can learn to end its turn.
+  A multi-character stop string split across two tokens is also found, on the host: the text and
+  tokens are cut there, though the device kept sampling that row until its other limits.
+* Randomness is per row: row ``i``'s key at step ``t`` is ``fold_in(fold_in(key, i), t)``, so a
+  row's sample depends on its prompt and the key, not on the batch around it or the mesh.
+* Given a mesh, batch arrays are split over its ``data``/``fsdp`` axes, the KV cache's heads
+  over ``tensor``, and the parameters by their logical axes (:mod:`archer_jax.sharding`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+
+from archer_jax import sharding as shd
+from archer_jax.models.attention import KVCache
+from archer_jax.models.gpt2.model import GPT2LMHeadModel, init_cache
+from archer_jax.models.tokenizer import Encoded, bucket_length, encode
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """How to pick tokens. ``greedy`` ignores temperature, top-k and top-p.
+
+    ``top_k = 0`` and ``top_p = 1.0`` switch those filters off. Temperature is applied first,
+    then top-k, then top-p (the order Hugging Face uses).
+    """
+
+    max_new_tokens: int = 32
+    greedy: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    stop_strings: tuple[str, ...] = ("\n",)
+    stop_at_eos: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.stop_strings, str):
+            object.__setattr__(self, "stop_strings", (self.stop_strings,))
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {self.temperature!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if any(not s for s in self.stop_strings):
+            raise ValueError(f"stop_strings may not contain an empty string: {self.stop_strings!r}")
+
+
+class Generation(NamedTuple):
+    """Host-side result of :meth:`Sampler.generate` (one row per prompt)."""
+
+    texts: list[str]  # the action text, cut before the first stop string
+    tokens: np.ndarray  # [batch, max_new_tokens] int32, pad id past each row's length
+    lengths: np.ndarray  # [batch] int32, sampled tokens kept (the stop token included)
+    logprobs: np.ndarray  # [batch, max_new_tokens] float32: log softmax(logits)[token], 0 past length
+    sample_logprobs: np.ndarray  # the same under the distribution actually sampled (0 when greedy)
+    finish_reasons: list[str]  # "stop" (a stop string), "eos", or "length" (max_new_tokens)
+    prompt: Encoded  # the prompts as the model saw them: left-padded, left-truncated
+
+
+class SampledTokens(NamedTuple):
+    """Device-side result of :meth:`Sampler.generate_tokens`, rows of the padded batch."""
+
+    tokens: Array  # [batch, max_new_tokens] int32
+    lengths: Array  # [batch] int32
+    logprobs: Array  # [batch, max_new_tokens] float32
+    sample_logprobs: Array  # [batch, max_new_tokens] float32
+
+
+class DecodeState(NamedTuple):
+    """Everything the decode loop carries, on device."""
+
+    cache: tuple  # KV cache per layer, [batch, slots, heads, head_dim]
+    slot_mask: Array  # [batch, slots] 1 where a slot holds a real token
+    step: Array  # () number of tokens sampled so far
+    tokens: Array  # [batch, max_new_tokens]
+    logprobs: Array
+    sample_logprobs: Array
+    lengths: Array  # [batch]
+    done: Array  # [batch]
+    key: Array  # the call's base key
+
+
+def stop_token_table(tokenizer, stop_strings: Sequence[str], vocab_size: int) -> np.ndarray:
+    """``[vocab_size]`` booleans: True for the ids whose decoded text contains a stop string."""
+    table = np.zeros(vocab_size, bool)
+    if not stop_strings:
+        return table
+    ids = list(range(min(vocab_size, len(tokenizer))))
+    texts = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    for i, text in zip(ids, texts):
+        table[i] = any(s in text for s in stop_strings)
+    return table
+
+
+def filter_logits(logits: Array, params: SamplingParams) -> Array:
+    """``logits / temperature`` with everything outside top-k / top-p set to ``-inf``.
+
+    Ties at the boundary are kept, so a filter may keep slightly more than k tokens.
+    """
+    x = logits.astype(jnp.float32) / params.temperature
+    if params.top_k == 0 and params.top_p >= 1.0:
+        return x
+    k = min(params.top_k, x.shape[-1]) if params.top_k else x.shape[-1]
+    top = jax.lax.top_k(x, k)[0]  # sorted descending
+    threshold = top[..., -1:]
+    if params.top_p < 1.0:
+        probs = jax.nn.softmax(top, axis=-1)
+        before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each candidate
+        kept = before < params.top_p  # the first candidate is always kept
+        threshold = jnp.min(jnp.where(kept, top, jnp.inf), axis=-1, keepdims=True)
+    return jnp.where(x >= threshold, x, -jnp.inf)
+
+
+def _row_keys(key: Array, rows: Array, step: Array) -> Array:
+    return jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(key, r), step))(rows)
+
+
+def choose_tokens(logits: Array, keys: Array, params: SamplingParams) -> tuple[Array, Array, Array]:
+    """Picks one token per row of ``logits`` (``[batch, vocab]``) with ``keys`` (one per row).
+
+    Returns the tokens, their log-probs under the model (``log_softmax(logits)``), and their
+    log-probs under the sampling distribution (0 for greedy).
+    """
+    model_logprobs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    if params.greedy:
+        tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        sample_lp = jnp.zeros(tokens.shape, jnp.float32)
+    else:
+        filtered = filter_logits(logits, params)
+        tokens = jax.vmap(jax.random.categorical)(keys, filtered).astype(jnp.int32)
+        sample_lp = jnp.take_along_axis(jax.nn.log_softmax(filtered, axis=-1), tokens[:, None], -1)[:, 0]
+    model_lp = jnp.take_along_axis(model_logprobs, tokens[:, None], -1)[:, 0]
+    return tokens, model_lp, sample_lp
+
+
+def _record(
+    state: DecodeState, step: Array, logits: Array, stop_table: Array, pad_id: int, params: SamplingParams
+) -> DecodeState:
+    """Samples token ``step`` from ``logits`` for the rows not yet done and updates the state."""
+    rows = jnp.arange(logits.shape[0])
+    token, lp, slp = choose_tokens(logits, _row_keys(state.key, rows, step), params)
+    live = ~state.done
+    token = jnp.where(live, token, pad_id)
+    column = lambda a, v: jax.lax.dynamic_update_slice_in_dim(a, v[:, None].astype(a.dtype), step, axis=1)  # noqa: E731
+    return state._replace(
+        step=step + 1,
+        tokens=column(state.tokens, token),
+        logprobs=column(state.logprobs, jnp.where(live, lp, 0.0)),
+        sample_logprobs=column(state.sample_logprobs, jnp.where(live, slp, 0.0)),
+        lengths=jnp.where(live, step + 1, state.lengths),
+        done=state.done | (live & stop_table[token]),
+    )
+
+
+def prefill(
+    graphdef: nnx.GraphDef,
+    params: SamplingParams,
+    pad_id: int,
+    state_shardings: DecodeState | None,
+    model_state: nnx.State,
+    prompt_ids: Array,
+    prompt_mask: Array,
+    active: Array,
+    stop_table: Array,
+    key: Array,
+) -> DecodeState:
+    """Runs the prompt through the model into a fresh KV cache and samples the first token."""
+    model: GPT2LMHeadModel = nnx.merge(graphdef, model_state)
+    batch, prompt_length = prompt_ids.shape
+    new = params.max_new_tokens
+    cache = init_cache(model.config, batch, prompt_length + new, model.dtype)
+    if state_shardings is not None:
+        cache = jax.lax.with_sharding_constraint(cache, state_shardings.cache)
+    slot_mask = jnp.concatenate([prompt_mask.astype(jnp.int32), jnp.zeros((batch, new), jnp.int32)], axis=1)
+    out = model(prompt_ids, slot_mask, cache=cache, cache_index=0, return_logits=False)
+    logits = model.lm_logits(out.hidden_state[:, -1])
+    state = DecodeState(
+        cache=out.cache,
+        slot_mask=slot_mask,
+        step=jnp.zeros((), jnp.int32),
+        tokens=jnp.full((batch, new), pad_id, jnp.int32),
+        logprobs=jnp.zeros((batch, new), jnp.float32),
+        sample_logprobs=jnp.zeros((batch, new), jnp.float32),
+        lengths=jnp.zeros((batch,), jnp.int32),
+        done=~active.astype(bool),
+        key=key,
+    )
+    return _record(state, state.step, logits, stop_table, pad_id, params)
+
+
+def decode(
+    graphdef: nnx.GraphDef,
+    params: SamplingParams,
+    pad_id: int,
+    model_state: nnx.State,
+    state: DecodeState,
+    stop_table: Array,
+) -> DecodeState:
+    """Samples tokens until every row is done or ``max_new_tokens`` exist (a while loop).
+
+    The state (KV cache included) is donated by the caller and updated in place.
+    """
+    model: GPT2LMHeadModel = nnx.merge(graphdef, model_state)
+    prompt_length = state.slot_mask.shape[1] - params.max_new_tokens  # the slot of the first new token
+
+    def not_finished(s: DecodeState) -> Array:
+        return (s.step < params.max_new_tokens) & ~jnp.all(s.done)
+
+    def next_token(s: DecodeState) -> DecodeState:
+        previous = jax.lax.dynamic_slice_in_dim(s.tokens, s.step - 1, 1, axis=1)  # [batch, 1]
+        slot = prompt_length + s.step - 1
+        slot_mask = jax.lax.dynamic_update_slice_in_dim(
+            s.slot_mask, jnp.ones((s.slot_mask.shape[0], 1), jnp.int32), slot, axis=1
+        )
+        out = model(previous, slot_mask, cache=s.cache, cache_index=slot, return_logits=False)
+        logits = model.lm_logits(out.hidden_state[:, 0])
+        s = s._replace(cache=out.cache, slot_mask=slot_mask)
+        return _record(s, s.step, logits, stop_table, pad_id, params)
+
+    return jax.lax.while_loop(not_finished, next_token, state)
+
+
+class Sampler:
+    """Generates actions from a GPT-2 policy; compiled once per (bucket, sampling setting).
+
+    Args:
+      model: the policy; its graph (architecture) is fixed here, its parameters can be passed
+        per call (``model_state``) so a training loop samples from its latest weights.
+      tokenizer: the policy's tokenizer (left padding and truncation, see
+        :func:`archer_jax.models.load_tokenizer`).
+      mesh: shard batches and the cache over this mesh (default: one device).
+      rules: logical-axis rules for the parameters (:data:`archer_jax.sharding.DEFAULT_RULES`).
+      max_prompt_length: prompts are truncated from the left to this many tokens (default: the
+        model's ``n_positions`` minus ``max_new_tokens``).
+      min_prompt_bucket: the shortest prompt length bucket.
+    """
+
+    def __init__(
+        self,
+        model: GPT2LMHeadModel,
+        tokenizer: Any,
+        *,
+        mesh: Mesh | None = None,
+        rules: shd.Rules = shd.DEFAULT_RULES,
+        max_prompt_length: int | None = None,
+        min_prompt_bucket: int = 16,
+    ):
+        self.graphdef, state = nnx.split(model)
+        self.config = model.config
+        self.dtype = model.dtype
+        self.tokenizer = tokenizer
+        self.mesh = mesh if mesh is not None else shd.single_device_mesh()
+        self.rules = rules
+        self.max_prompt_length = max_prompt_length
+        self.min_prompt_bucket = min_prompt_bucket
+        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+        self.param_shardings = shd.state_shardings(state, self.mesh, rules)
+        self.model_state = jax.device_put(state, self.param_shardings)
+        self._programs: dict = {}
+        self._stop_tables: dict = {}
+        self.traces = 0  # how many times a program was traced (each trace compiles once)
+
+    # ---- shapes and shardings -------------------------------------------------------------
+
+    def prompt_limit(self, params: SamplingParams) -> int:
+        """The longest prompt (in tokens) that fits with ``max_new_tokens`` in the positions."""
+        room = self.config.n_positions - params.max_new_tokens
+        if self.max_prompt_length is None:
+            if room < 1:
+                raise ValueError(
+                    f"max_new_tokens ({params.max_new_tokens}) leaves no room for a prompt in the "
+                    f"model's n_positions ({self.config.n_positions})"
+                )
+            return room
+        if self.max_prompt_length > room:
+            raise ValueError(
+                f"max_prompt_length ({self.max_prompt_length}) + max_new_tokens ({params.max_new_tokens}) "
+                f"exceeds the model's n_positions ({self.config.n_positions})"
+            )
+        return self.max_prompt_length
+
+    def batch_bucket(self, batch: int) -> int:
+        """Rows are padded to a power of two, and to a multiple of the mesh's batch axes."""
+        multiple = shd.batch_size_multiple(self.mesh)
+        bucket = 1 << max(batch - 1, 0).bit_length()
+        return -(-bucket // multiple) * multiple
+
+    def _state_shardings(self, batch: int, slots: int) -> DecodeState:
+        rows = shd.batch_sharding(self.mesh, 1)
+        matrix = shd.batch_sharding(self.mesh, 2)
+        cache_spec = shd.logical_to_mesh(
+            ("batch", None, "heads", "kv"), (batch, slots, self.config.n_head, self.config.head_dim), self.mesh, self.rules
+        )
+        cache = NamedSharding(self.mesh, cache_spec)
+        scalar = shd.replicated(self.mesh)
+        return DecodeState(
+            cache=tuple(KVCache(cache, cache) for _ in range(self.config.n_layer)),
+            slot_mask=matrix,
+            step=scalar,
+            tokens=matrix,
+            logprobs=matrix,
+            sample_logprobs=matrix,
+            lengths=rows,
+            done=rows,
+            key=scalar,
+        )
+
+    def _compiled(self, params: SamplingParams, batch: int, prompt_length: int):
+        """The jitted (prefill, decode) pair for one sampling setting and shape bucket."""
+        signature = (params, batch, prompt_length)
+        if signature not in self._programs:
+            state_sh = self._state_shardings(batch, prompt_length + params.max_new_tokens)
+            rows, matrix, scalar = shd.batch_sharding(self.mesh, 1), shd.batch_sharding(self.mesh, 2), shd.replicated(self.mesh)
+
+            def counted(fn):
+                @functools.wraps(fn)
+                def traced(*args):
+                    self.traces += 1  # runs at trace time only
+                    return fn(*args)
+
+                return traced
+
+            prefill_fn = jax.jit(
+                counted(functools.partial(prefill, self.graphdef, params, self.pad_id, state_sh)),
+                in_shardings=(self.param_shardings, matrix, matrix, rows, scalar, scalar),
+                out_shardings=state_sh,
+            )
+            decode_fn = jax.jit(
+                counted(functools.partial(decode, self.graphdef, params, self.pad_id)),
+                in_shardings=(self.param_shardings, state_sh, scalar),
+                out_shardings=state_sh,
+                donate_argnums=(1,),
+            )
+            self._programs[signature] = (prefill_fn, decode_fn)
+        return self._programs[signature]
+
+    def _stop_table(self, params: SamplingParams) -> Array:
+        signature = (params.stop_strings, params.stop_at_eos)
+        if signature not in self._stop_tables:
+            table = stop_token_table(self.tokenizer, params.stop_strings, self.config.vocab_size)
+            eos = self.tokenizer.eos_token_id
+            if params.stop_at_eos and eos is not None and eos < len(table):
+                table[eos] = True
+            self._stop_tables[signature] = jax.device_put(table, shd.replicated(self.mesh))
+        return self._stop_tables[signature]
+
+    # ---- generation -----------------------------------------------------------------------
+
+    def encode(self, prompts: Sequence[str], params: SamplingParams) -> Encoded:
+        """Tokenizes ``prompts`` (left truncation, left padding to a length bucket)."""
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a sequence of strings, got one string")
+        if len(prompts) == 0:
+            raise ValueError("prompts is empty: nothing to generate from")
+        limit = self.prompt_limit(params)
+        encoded = encode(self.tokenizer, prompts, max_length=limit, min_bucket=min(self.min_prompt_bucket, limit))
+        empty = np.flatnonzero(encoded.attention_mask.sum(1) == 0)
+        if empty.size:
+            raise ValueError(f"prompt {int(empty[0])} encodes to no tokens; every prompt needs at least one")
+        return encoded
+
+    def generate_tokens(
+        self,
+        prompt_ids: np.ndarray,
+        prompt_mask: np.ndarray,
+        key: Array,
+        params: SamplingParams = SamplingParams(),
+        *,
+        model_state: nnx.State | None = None,
+    ) -> SampledTokens:
+        """Generates from already tokenized, left-padded prompts; returns device arrays.
+
+        ``prompt_ids``/``prompt_mask`` are ``[batch, length]`` (e.g. token ids kept in a replay
+        buffer). The batch and length are padded to their buckets here; the returned arrays
+        cover the padded batch (the first ``batch`` rows are the prompts').
+        """
+        prompt_ids, prompt_mask = np.asarray(prompt_ids), np.asarray(prompt_mask)
+        if prompt_ids.ndim != 2 or prompt_ids.shape != prompt_mask.shape:
+            raise ValueError(
+                f"prompt_ids and prompt_mask must be equal [batch, length] arrays, got {prompt_ids.shape} and {prompt_mask.shape}"
+            )
+        batch, length = prompt_ids.shape
+        if batch == 0:
+            raise ValueError("prompt_ids is empty: nothing to generate from")
+        limit = self.prompt_limit(params)
+        longest = int(prompt_mask.sum(1).max())
+        if longest > limit:
+            raise ValueError(
+                f"a prompt has {longest} tokens; at most {limit} fit before {params.max_new_tokens} new tokens "
+                f"in the model's n_positions ({self.config.n_positions})"
+            )
+        if prompt_mask[:, -1].min() == 0:
+            raise ValueError("prompts must be left-padded with at least one token each (prompt_mask[:, -1] == 1)")
+        bucket = bucket_length(longest, limit, min(self.min_prompt_bucket, limit))
+        rows = self.batch_bucket(batch)
+        ids = np.full((rows, bucket), self.pad_id, np.int32)
+        mask = np.zeros((rows, bucket), np.int32)
+        keep = min(length, bucket)
+        ids[:batch, -keep:] = prompt_ids[:, -keep:]
+        mask[:batch, -keep:] = prompt_mask[:, -keep:]
+        active = np.arange(rows) < batch
+
+        prefill_fn, decode_fn = self._compiled(params, rows, bucket)
+        model_state = self.model_state if model_state is None else jax.device_put(model_state, self.param_shardings)
+        stop_table = self._stop_table(params)
+        state = prefill_fn(model_state, ids, mask, active, stop_table, key)
+        state = decode_fn(model_state, state, stop_table)
+        return SampledTokens(state.tokens, state.lengths, state.logprobs, state.sample_logprobs)
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        key: Array,
+        params: SamplingParams = SamplingParams(),
+        *,
+        model_state: nnx.State | None = None,
+    ) -> Generation:
+        """Generates one action per prompt. ``model_state`` defaults to the model's parameters."""
+        encoded = self.encode(prompts, params)
+        out = self.generate_tokens(encoded.input_ids, encoded.attention_mask, key, params, model_state=model_state)
+        batch = len(prompts)
+        out = jax.device_get(jax.tree.map(lambda a: a[:batch], out))
+        return self._finish(out, params, encoded)
+
+    def _finish(self, out: SampledTokens, params: SamplingParams, prompt: Encoded) -> Generation:
+        """Host side: texts cut before the stop string, rows truncated where it ends, finish reasons."""
+        tokens, lengths = np.array(out.tokens), np.array(out.lengths)
+        logprobs, sample_lp = np.array(out.logprobs), np.array(out.sample_logprobs)
+        eos = self.tokenizer.eos_token_id
+        texts, reasons = [], []
+        for i in range(len(tokens)):
+            n = int(lengths[i])
+            text, cut, found = self._cut_at_stop(tokens[i, :n], params.stop_strings)
+            if cut < n:  # a stop string that straddled tokens: drop what the device sampled after it
+                tokens[i, cut:], logprobs[i, cut:], sample_lp[i, cut:] = self.pad_id, 0.0, 0.0
+                lengths[i] = n = cut
+            if found:
+                reason = "stop"
+            elif params.stop_at_eos and n and int(tokens[i, n - 1]) == eos:
+                reason = "eos"
+            else:
+                reason = "length"
+            texts.append(text)
+            reasons.append(reason)
+        return Generation(texts, tokens, lengths, logprobs, sample_lp, reasons, prompt)
+
+    def _decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    def _cut_at_stop(self, ids: np.ndarray, stop_strings: Sequence[str]) -> tuple[str, int, bool]:
+        """(text before the first stop string, tokens up to the one completing it, whether found)."""
+        text = self._decode(ids)
+        hits = [text.find(s) for s in stop_strings if s in text]
+        if not hits:
+            return text, len(ids), False
+        first = min(hits)
+
+        def completes(j: int) -> bool:  # the first j tokens hold a whole stop string at `first`
+            prefix = self._decode(ids[:j])
+            return any(prefix.find(s) == first for s in stop_strings)
+
+        if len(ids) == 1 or not completes(len(ids) - 1):  # the usual case: the last token stops
+            return text[:first], len(ids), True
+        cut = next(j for j in range(1, len(ids)) if completes(j))
+        return text[:first], cut, True

@@ -1,0 +1,139 @@
+"""Device meshes and the mapping from logical axis names to mesh axes.
+
+Parameters carry logical axis names (``vocab``, ``embed``, ``heads``, ``kv``, ``mlp``,
+``positions``; see :mod:`archer_jax.models.layers`). A rule table maps each logical name to
+mesh axes, so one model definition runs unsharded on one device, data-parallel, FSDP, or
+tensor-parallel on a pod slice:
+
+    mesh = make_mesh(data=2, fsdp=2, tensor=2)
+    shardings = state_shardings(nnx.state(model), mesh)
+    params = jax.device_put(nnx.state(model), shardings)
+
+Mesh axes: ``data`` (batch only), ``fsdp`` (batch and parameter shards), ``tensor``
+(attention heads, MLP and vocabulary columns). A dimension whose size is not divisible by its
+mesh axes is replicated rather than refused (e.g. GPT-2's 50257-token vocabulary).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")
+
+Rules = Sequence[tuple[str, str | tuple[str, ...] | None]]
+
+DEFAULT_RULES: Rules = (
+    ("batch", BATCH_AXES),
+    ("vocab", "tensor"),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("mlp", "tensor"),
+    ("kv", None),
+    ("positions", None),
+)
+
+
+def make_mesh(
+    data: int = -1, fsdp: int = 1, tensor: int = 1, *, devices: Sequence[jax.Device] | None = None
+) -> Mesh:
+    """A ``(data, fsdp, tensor)`` mesh over ``devices`` (default: all). ``-1`` takes what is left."""
+    devices = list(jax.devices() if devices is None else devices)
+    sizes = {"data": data, "fsdp": fsdp, "tensor": tensor}
+    free = [name for name, size in sizes.items() if size == -1]
+    if len(free) > 1:
+        raise ValueError(f"only one mesh axis may be -1, got {free}")
+    for name, size in sizes.items():
+        if size != -1 and size < 1:
+            raise ValueError(f"mesh axis {name!r} must be >= 1 or -1, got {size}")
+    fixed = math.prod(size for size in sizes.values() if size != -1)
+    if free:
+        if len(devices) % fixed:
+            raise ValueError(f"{len(devices)} devices do not divide into mesh axes {sizes}")
+        sizes[free[0]] = len(devices) // fixed
+    shape = tuple(sizes[name] for name in MESH_AXES)
+    if math.prod(shape) != len(devices):
+        raise ValueError(f"mesh {dict(zip(MESH_AXES, shape))} needs {math.prod(shape)} devices, have {len(devices)}")
+    return Mesh(np.asarray(devices, dtype=object).reshape(shape), MESH_AXES)
+
+
+def single_device_mesh() -> Mesh:
+    """A 1×1×1 mesh on the first device: the unsharded case with the same code path."""
+    return make_mesh(1, 1, 1, devices=jax.devices()[:1])
+
+
+def _mesh_axes_of(name: str | None, rules: Mapping[str, Any]) -> tuple[str, ...]:
+    if name is None:
+        return ()
+    if name not in rules:
+        raise KeyError(f"logical axis {name!r} has no sharding rule; rules cover {sorted(rules)}")
+    axes = rules[name]
+    if axes is None:
+        return ()
+    return (axes,) if isinstance(axes, str) else tuple(axes)
+
+
+def logical_to_mesh(
+    names: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules: Rules = DEFAULT_RULES
+) -> PartitionSpec:
+    """The mesh partition of an array of ``shape`` whose dimensions have logical ``names``.
+
+    Mesh axes absent from ``mesh``, already used by an earlier dimension, or not dividing the
+    dimension's size are dropped (that dimension is then replicated over them).
+    """
+    if len(names) != len(shape):
+        raise ValueError(f"logical axes {tuple(names)} do not match an array of shape {tuple(shape)}")
+    table = dict(rules)
+    used: set[str] = set()
+    spec = []
+    for name, size in zip(names, shape):
+        axes = []
+        for axis in _mesh_axes_of(name, table):
+            if axis in used or axis not in mesh.shape:
+                continue
+            if size % (math.prod(mesh.shape[a] for a in axes) * mesh.shape[axis]):
+                continue
+            axes.append(axis)
+        used.update(axes)
+        spec.append(None if not axes else axes[0] if len(axes) == 1 else tuple(axes))
+    return PartitionSpec(*spec)
+
+
+def state_shardings(state: nnx.State, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> nnx.State:
+    """A ``NamedSharding`` for every variable of ``state``, from its logical axis names.
+
+    Variables without logical names (scalars, counters) are replicated.
+    """
+
+    def sharding_of(variable: nnx.Variable) -> NamedSharding:
+        names = variable.get_metadata().get("out_sharding") or variable.get_metadata().get("sharding_names")
+        shape = np.shape(variable.get_value())
+        if not names:
+            return NamedSharding(mesh, PartitionSpec())
+        return NamedSharding(mesh, logical_to_mesh(names, shape, mesh, rules))
+
+    return jax.tree.map(sharding_of, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def batch_size_multiple(mesh: Mesh | None) -> int:
+    """Batch sizes must be multiples of this: the product of the mesh's batch axes."""
+    if mesh is None:
+        return 1
+    return math.prod(mesh.shape.get(axis, 1) for axis in BATCH_AXES)
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
+    """Leading (batch) dimension split over the data axes, the rest replicated."""
+    axes = tuple(a for a in BATCH_AXES if a in mesh.shape)
+    return NamedSharding(mesh, PartitionSpec(axes, *([None] * (ndim - 1))))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())

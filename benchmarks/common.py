@@ -1,0 +1,87 @@
+"""Helpers shared by the benchmark scripts: timing, the machine's description, result files."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import jax
+
+RESULTS = Path(__file__).parent / "results"
+
+# Peak memory bandwidth (bytes/s) by device kind, for roofline fractions. Matched as substrings
+# of jax.Device.device_kind; pass --peak-bandwidth for anything else.
+PEAK_BANDWIDTH = {
+    "H200": 4.8e12,
+    "H100": 3.35e12,  # SXM; the PCIe card has 2.0e12
+    "A100": 2.0e12,
+    "L4": 0.3e12,
+    "TPU v4": 1.2e12,
+    "TPU v5 lite": 0.819e12,
+    "TPU v5e": 0.819e12,
+    "TPU v5p": 2.765e12,
+    "TPU v5": 2.765e12,
+    "TPU v6 lite": 1.64e12,
+}
+
+
+def time_call(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """(first call seconds, median seconds of ``repeats`` further calls); ``fn`` must block."""
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return first, statistics.median(times) if times else first
+
+
+def peak_bandwidth(device: jax.Device, override: float | None = None) -> float | None:
+    """The device's peak memory bandwidth in bytes/s, or None when unknown (CPUs)."""
+    if override:
+        return override
+    kind = getattr(device, "device_kind", "")
+    return next((bw for name, bw in PEAK_BANDWIDTH.items() if name in kind), None)
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    device = jax.devices()[0]
+    return dict(
+        date=datetime.date.today().isoformat(),
+        backend=jax.default_backend(),
+        device=str(device),
+        device_kind=getattr(device, "device_kind", ""),
+        device_count=jax.device_count(),
+        cpu_count=os.cpu_count(),
+        platform=platform.platform(),
+        jax=jax.__version__,
+    )
+
+
+def print_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -> None:
+    """Prints ``rows`` with ``columns`` = (key, header, format spec); missing values print as '-'."""
+    widths = [max(len(header), 10) + 2 for _, header, _ in columns]
+    print("".join(f"{header:>{w}}" for (_, header, _), w in zip(columns, widths)))
+    for row in rows:
+        cells = []
+        for (key, _, spec), w in zip(columns, widths):
+            value = row.get(key)
+            cells.append(f"{'-' if value is None else format(value, spec):>{w}}")
+        print("".join(cells))
+
+
+def write_result(name: str, config: dict, rows: Sequence[dict], out: Path = RESULTS) -> Path:
+    """Writes ``{out}/{name}.json`` with the machine, the configuration and the rows."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(dict(benchmark=name, machine=machine(), config=config, rows=list(rows)), indent=2) + "\n")
+    return path
