@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -124,27 +124,65 @@ def stop_token_table(tokenizer, stop_strings: Sequence[str], vocab_size: int) ->
     return table
 
 
+_BISECTION_STEPS = 40  # halvings of the logit range: far below float32 spacing
+
+
+def _threshold(x: Array, keep_above: Callable[[Array], Array]) -> Array:
+    """The largest ``t`` (per row, ``[..., 1]``) with ``keep_above(t)`` true, by bisection over the
+    row's finite logit range. ``keep_above`` must be true at the row minimum and monotone.
+
+    Sorting a 50k vocabulary per step is slow on CPUs (and ``lax.top_k`` sorts there); a fixed
+    number of masked reductions costs about the same everywhere.
+    """
+    finite = jnp.isfinite(x)
+    lo = jnp.min(jnp.where(finite, x, jnp.inf), axis=-1, keepdims=True)
+    hi = jnp.max(x, axis=-1, keepdims=True)
+    hi = hi + jnp.maximum(jnp.abs(hi), 1.0) * 1e-6  # keep_above(hi) is false: nothing above hi
+
+    def halve(_, bounds):
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        ok = keep_above(mid)
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+    lo, _ = jax.lax.fori_loop(0, _BISECTION_STEPS, halve, (lo, hi))
+    return lo
+
+
 def filter_logits(logits: Array, params: SamplingParams) -> Array:
     """``logits / temperature`` with everything outside top-k / top-p set to ``-inf``.
 
-    Ties at the boundary are kept, so a filter may keep slightly more than k tokens.
+    Top-k keeps the tokens at or above the k-th largest logit; top-p then keeps the smallest set
+    of most likely tokens whose probability reaches ``top_p``. Ties at a boundary are kept, so
+    a filter may keep slightly more tokens.
     """
     x = logits.astype(jnp.float32) / params.temperature
-    if params.top_k == 0 and params.top_p >= 1.0:
-        return x
-    k = min(params.top_k, x.shape[-1]) if params.top_k else x.shape[-1]
-    top = jax.lax.top_k(x, k)[0]  # sorted descending
-    threshold = top[..., -1:]
+    if params.top_k and params.top_k < x.shape[-1]:
+        k = params.top_k
+        kth = _threshold(x, lambda t: jnp.sum(x >= t, axis=-1, keepdims=True) >= k)
+        x = jnp.where(x >= kth, x, -jnp.inf)
     if params.top_p < 1.0:
-        probs = jax.nn.softmax(top, axis=-1)
-        before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each candidate
-        kept = before < params.top_p  # the first candidate is always kept
-        threshold = jnp.min(jnp.where(kept, top, jnp.inf), axis=-1, keepdims=True)
-    return jnp.where(x >= threshold, x, -jnp.inf)
+        probs = jax.nn.softmax(x, axis=-1)
+        top_p = params.top_p
+        cut = _threshold(x, lambda t: jnp.sum(jnp.where(x >= t, probs, 0.0), axis=-1, keepdims=True) >= top_p)
+        x = jnp.where(x >= cut, x, -jnp.inf)
+    return x
 
 
 def _row_keys(key: Array, rows: Array, step: Array) -> Array:
     return jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(key, r), step))(rows)
+
+
+def sample_categorical(keys: Array, logits: Array) -> Array:
+    """One draw per row from ``softmax(logits)`` by inverting the CDF with one uniform per row
+    (``-inf`` logits are never drawn). Exact, and far fewer random bits than Gumbel-max."""
+    probs = jax.nn.softmax(logits, axis=-1)
+    cdf = jnp.cumsum(probs, axis=-1)
+    u = jax.vmap(lambda k: jax.random.uniform(k, ()))(keys)
+    below = jnp.sum(cdf <= (u * cdf[:, -1])[:, None], axis=-1)
+    # Rounding can put u * total at the very top of the CDF: stay on a token with mass.
+    last = logits.shape[-1] - 1 - jnp.argmax((probs > 0)[:, ::-1], axis=-1)
+    return jnp.minimum(below, last).astype(jnp.int32)
 
 
 def choose_tokens(logits: Array, keys: Array, params: SamplingParams) -> tuple[Array, Array, Array]:
@@ -159,7 +197,7 @@ def choose_tokens(logits: Array, keys: Array, params: SamplingParams) -> tuple[A
         sample_lp = jnp.zeros(tokens.shape, jnp.float32)
     else:
         filtered = filter_logits(logits, params)
-        tokens = jax.vmap(jax.random.categorical)(keys, filtered).astype(jnp.int32)
+        tokens = sample_categorical(keys, filtered)
         sample_lp = jnp.take_along_axis(jax.nn.log_softmax(filtered, axis=-1), tokens[:, None], -1)[:, 0]
     model_lp = jnp.take_along_axis(model_logprobs, tokens[:, None], -1)[:, 0]
     return tokens, model_lp, sample_lp

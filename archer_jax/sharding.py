@@ -114,7 +114,8 @@ def state_shardings(state: nnx.State, mesh: Mesh, rules: Rules = DEFAULT_RULES) 
 
     def sharding_of(variable: nnx.Variable) -> NamedSharding:
         names = variable.get_metadata().get("out_sharding") or variable.get_metadata().get("sharding_names")
-        shape = np.shape(variable.get_value())
+        value = variable.get_value()
+        shape = value.shape if hasattr(value, "shape") else np.shape(value)
         if not names:
             return NamedSharding(mesh, PartitionSpec())
         return NamedSharding(mesh, logical_to_mesh(names, shape, mesh, rules))

@@ -1,0 +1,75 @@
+"""The actor: the GPT-2 policy, optionally with a per-token value head (the token-level baseline).
+
+Log-probs of an action are computed on the correctly packed sequence ``observation + action``:
+the observation left-padded, the action right-padded, so the real tokens are contiguous and the
+position ids (counted from the mask) run on without a gap. The official code concatenated
+separately padded pieces, leaving pad tokens between them and shifting the positions.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from archer_jax.learners.critic import Tokens
+from archer_jax.models.gpt2.model import GPT2LMHeadModel
+from archer_jax.models.layers import DType, annotated
+
+Array = jax.Array
+
+
+def pack(observation: Tokens, action: Tokens) -> Tokens:
+    """``[left-padded observation | right-padded action]`` as one sequence."""
+    return Tokens(
+        jnp.concatenate([observation.ids, action.ids], axis=1),
+        jnp.concatenate([observation.mask, action.mask], axis=1).astype(jnp.int32),
+    )
+
+
+def action_logprobs(policy: GPT2LMHeadModel, observation: Tokens, action: Tokens) -> tuple[Array, Array]:
+    """Per-token ``log π(a_t | s, a_<t)`` (``[batch, action_len]``, 0 at padding) and the final
+    hidden states that predicted each action token (``[batch, action_len, embed]``)."""
+    obs_len, act_len = observation.ids.shape[1], action.ids.shape[1]
+    sequence = pack(observation, action)
+    out = policy(sequence.ids, sequence.mask, return_logits=False)
+    # The hidden state at position p predicts token p + 1: the action's tokens are predicted from
+    # the last observation position onwards.
+    hidden = out.hidden_state[:, obs_len - 1 : obs_len - 1 + act_len]
+    logits = policy.lm_logits(hidden)
+    logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), action.ids[..., None].astype(jnp.int32), -1)
+    return logprobs[..., 0] * action.mask, hidden
+
+
+class TokenBaseline(nnx.Module):
+    """``b_t``: a linear value head on the policy's (gradient-stopped) hidden state per token."""
+
+    def __init__(self, features: int, *, param_dtype: DType = jnp.float32, rngs: nnx.Rngs):
+        self.head = nnx.Linear(
+            features,
+            1,
+            param_dtype=param_dtype,
+            kernel_init=annotated(nnx.initializers.zeros_init(), ("embed", None)),
+            bias_init=annotated(nnx.initializers.zeros_init(), (None,)),
+            rngs=rngs,
+        )
+
+    def __call__(self, hidden: Array) -> Array:
+        return self.head(jax.lax.stop_gradient(hidden).astype(jnp.float32))[..., 0]
+
+
+class Actor(nnx.Module):
+    """What the actor step trains: ``policy`` and, for the token-level baseline, ``baseline``."""
+
+    def __init__(self, policy: GPT2LMHeadModel, *, token_baseline: bool = False, rngs: nnx.Rngs | None = None):
+        self.policy = policy
+        self.baseline = (
+            TokenBaseline(policy.config.n_embd, rngs=rngs if rngs is not None else nnx.Rngs(0))
+            if token_baseline
+            else None
+        )
+
+    def __call__(self, observation: Tokens, action: Tokens) -> tuple[Array, Array | None]:
+        """Per-token action log-probs and, with the baseline head, ``b_t`` per action token."""
+        logprobs, hidden = action_logprobs(self.policy, observation, action)
+        return logprobs, None if self.baseline is None else self.baseline(hidden)

@@ -1,0 +1,120 @@
+"""Host-side assembly of learner batches: tokenization to length buckets, micro-batch layout.
+
+Every batch array has the shape ``[micro_batches, batch, ...]`` the steps expect. Paired fields
+share one length bucket (observation with next observation, action with ``a_π``), so a run
+compiles a step once per (observation bucket, action bucket).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from archer_jax.learners.critic import Tokens
+from archer_jax.learners.steps import ActorBatch, BCBatch, CriticBatch
+from archer_jax.models.tokenizer import bucket_length, encode
+
+
+def micro_batches(array: np.ndarray, count: int) -> np.ndarray:
+    """``[count * batch, ...] -> [count, batch, ...]``."""
+    if array.shape[0] % count:
+        raise ValueError(f"{array.shape[0]} rows do not split into {count} micro-batches")
+    return array.reshape(count, array.shape[0] // count, *array.shape[1:])
+
+
+def tokenize(tokenizer, texts: Sequence[str], max_length: int, length: int | None = None) -> Tokens:
+    """``texts`` tokenized (left truncation) and padded on the tokenizer's side to ``length``."""
+    enc = encode(tokenizer, texts, max_length=max_length, length=length)
+    return Tokens(enc.input_ids, enc.attention_mask)
+
+
+def tokenize_pair(tokenizer, a: Sequence[str], b: Sequence[str], max_length: int) -> tuple[Tokens, Tokens]:
+    """Two text lists padded to one shared length bucket."""
+    rows = tokenizer(list(a) + list(b), truncation=True, max_length=max_length)["input_ids"]
+    length = bucket_length(max(len(r) for r in rows), max_length)
+    return tokenize(tokenizer, a, max_length, length), tokenize(tokenizer, b, max_length, length)
+
+
+def _split(tokens: Tokens, count: int) -> Tokens:
+    return Tokens(micro_batches(tokens.ids, count), micro_batches(tokens.mask, count))
+
+
+def critic_batch(
+    tokenizer,
+    observations: Sequence[str],
+    actions: Sequence[str],
+    next_observations: Sequence[str],
+    pi_actions: Sequence[str],
+    rewards: Sequence[float],
+    terminals: Sequence[bool],
+    *,
+    micro_batch_count: int,
+    max_length: int = 512,
+) -> CriticBatch:
+    """Transitions and fresh policy actions ``a_π`` as a critic batch (critic tokenizer)."""
+    obs, next_obs = tokenize_pair(tokenizer, observations, next_observations, max_length)
+    act, pi_act = tokenize_pair(tokenizer, actions, pi_actions, max_length)
+    n = micro_batch_count
+    return CriticBatch(
+        _split(obs, n),
+        _split(act, n),
+        _split(next_obs, n),
+        _split(pi_act, n),
+        micro_batches(np.asarray(rewards, np.float32), n),
+        micro_batches(np.asarray(terminals, np.float32), n),
+    )
+
+
+def right_padded(tokens: np.ndarray, lengths: np.ndarray, pad_id: int) -> Tokens:
+    """Sampled action ids (``[batch, max_new_tokens]``) with the mask of each row's length."""
+    mask = (np.arange(tokens.shape[1])[None] < np.asarray(lengths)[:, None]).astype(np.int32)
+    return Tokens(np.where(mask == 1, tokens, pad_id).astype(np.int32), mask)
+
+
+def actor_batch(
+    observation: Tokens,
+    action: Tokens,
+    critic_tokenizer,
+    observations: Sequence[str],
+    action_texts: Sequence[str],
+    *,
+    micro_batch_count: int,
+    max_length: int = 512,
+) -> ActorBatch:
+    """Policy tokens of the observations (left-padded) and of ``a_π`` (right-padded, e.g. from
+    :func:`right_padded` on the sampler's output), plus both texts in critic tokens."""
+    n = micro_batch_count
+    return ActorBatch(
+        _split(observation, n),
+        _split(action, n),
+        _split(tokenize(critic_tokenizer, observations, max_length), n),
+        _split(tokenize(critic_tokenizer, action_texts, max_length), n),
+    )
+
+
+def bc_batch(
+    tokenizer,
+    observations: Sequence[str],
+    actions: Sequence[str],
+    *,
+    micro_batch_count: int,
+    stop_string: str = "\n",
+    max_length: int = 512,
+    max_action_length: int = 64,
+) -> BCBatch:
+    """Observations (left-padded) and actions + ``stop_string`` (right-padded) in policy tokens.
+
+    Each action is tokenized on its own, as the sampler produces it after the observation.
+    """
+    obs = tokenize(tokenizer, observations, max_length)
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "right"
+    try:
+        act = encode(
+            tokenizer, [a + stop_string for a in actions], max_length=max_action_length, add_special_tokens=False
+        )
+    finally:
+        tokenizer.padding_side = side
+    n = micro_batch_count
+    return BCBatch(_split(obs, n), _split(Tokens(act.input_ids, act.attention_mask), n))

@@ -1,0 +1,158 @@
+"""The ArCHer learner: jitted, sharded critic, actor and BC steps over a device mesh.
+
+    learner = Learner(Actor(policy), DoubleCritic(encoder, rngs=nnx.Rngs(0)), mesh=make_mesh())
+    critic_state, actor_state = learner.init_critic(), learner.init_actor()
+    critic_state, metrics = learner.critic_step(critic_state, critic_batch)
+    actor_state, metrics = learner.actor_step(actor_state, critic_state.params, actor_batch)
+
+Parameters, target and optimizer moments are sharded by their logical axes
+(:mod:`archer_jax.sharding`); batch arrays ``[micro_batches, batch, ...]`` are split on the batch
+axis over the mesh's ``data``/``fsdp`` axes. States passed to a step are donated: use the
+returned state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from archer_jax import sharding as shd
+from archer_jax.learners import steps, train_state
+from archer_jax.learners.actor import Actor
+from archer_jax.learners.critic import DoubleCritic, Tokens
+from archer_jax.learners.train_state import TrainState
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Hyperparameters of the learner (official online defaults, DESIGN §1)."""
+
+    gamma: float = 0.95
+    tau: float = 0.1
+    critic_lr: float = 2e-5
+    lm_lr: float = 1e-6
+    max_grad_norm: float = 1.0
+    actor_loss: str = "actor_pg"  # or "actor_token_baseline"
+
+    def __post_init__(self):
+        if self.actor_loss not in ("actor_pg", "actor_token_baseline"):
+            raise ValueError(f"actor_loss must be 'actor_pg' or 'actor_token_baseline', got {self.actor_loss!r}")
+        if not 0.0 <= self.tau <= 1.0:
+            raise ValueError(f"tau must be in [0, 1], got {self.tau}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+
+
+class Learner:
+    """Owns the networks' graphs, optimizers and shardings; steps are pure and jitted."""
+
+    def __init__(
+        self,
+        actor: Actor,
+        critic: DoubleCritic,
+        config: LearnerConfig = LearnerConfig(),
+        *,
+        mesh: Mesh | None = None,
+        rules: shd.Rules = shd.DEFAULT_RULES,
+    ):
+        if (config.actor_loss == "actor_token_baseline") != (actor.baseline is not None):
+            raise ValueError(
+                f"actor_loss {config.actor_loss!r} needs an Actor built with token_baseline="
+                f"{config.actor_loss == 'actor_token_baseline'}"
+            )
+        self.config = config
+        self.mesh = mesh if mesh is not None else shd.single_device_mesh()
+        self.rules = rules
+        self.actor_graphdef, self._actor_params = train_state.split_params(actor)
+        self.critic_graphdef, self._critic_params = train_state.split_params(critic)
+        self.actor_tx = train_state.optimizer(config.lm_lr, config.max_grad_norm)
+        self.critic_tx = train_state.optimizer(config.critic_lr, config.max_grad_norm)
+        self.actor_shardings = self._shardings(self._actor_params, self.actor_tx, with_target=False)
+        self.critic_shardings = self._shardings(self._critic_params, self.critic_tx, with_target=True)
+
+        tokens = Tokens(self.batch_sharding(3), self.batch_sharding(3))
+        critic_batch = steps.CriticBatch(tokens, tokens, tokens, tokens, self.batch_sharding(2), self.batch_sharding(2))
+        actor_batch = steps.ActorBatch(tokens, tokens, tokens, tokens)
+        bc_batch = steps.BCBatch(tokens, tokens)
+        replicated = shd.replicated(self.mesh)
+        c = config
+        self._critic_step = jax.jit(
+            functools.partial(steps.critic_step, self.critic_graphdef, self.critic_tx, c.gamma, c.tau),
+            in_shardings=(self.critic_shardings, critic_batch),
+            out_shardings=(self.critic_shardings, replicated),
+            donate_argnums=(0,),
+        )
+        self._actor_step = jax.jit(
+            functools.partial(steps.actor_step, self.actor_graphdef, self.critic_graphdef, self.actor_tx, c.actor_loss),
+            in_shardings=(self.actor_shardings, self.critic_shardings.params, actor_batch),
+            out_shardings=(self.actor_shardings, replicated),
+            donate_argnums=(0,),
+        )
+        self._bc_step = jax.jit(
+            functools.partial(steps.bc_step, self.actor_graphdef, self.actor_tx),
+            in_shardings=(self.actor_shardings, bc_batch),
+            out_shardings=(self.actor_shardings, replicated),
+            donate_argnums=(0,),
+        )
+
+    def _shardings(self, params: nnx.State, tx: optax.GradientTransformation, with_target: bool) -> TrainState:
+        abstract = jax.eval_shape(functools.partial(train_state.create, tx=tx, with_target=with_target), params)
+        return train_state.shardings(abstract, tx, self.mesh, self.rules)
+
+    def batch_sharding(self, ndim: int) -> NamedSharding:
+        """``[micro_batches, batch, ...]``: the batch axis over the mesh's data axes."""
+        axes = tuple(a for a in shd.BATCH_AXES if a in self.mesh.shape)
+        return NamedSharding(self.mesh, PartitionSpec(None, axes, *([None] * (ndim - 2))))
+
+    # ---- states -----------------------------------------------------------------------------
+
+    def init_critic(self) -> TrainState:
+        """The critic's state from the module's parameters: target = online, fresh Adam."""
+        create = jax.jit(
+            functools.partial(train_state.create, tx=self.critic_tx, with_target=True),
+            out_shardings=self.critic_shardings,
+        )
+        return create(self._critic_params)
+
+    def init_actor(self) -> TrainState:
+        create = jax.jit(functools.partial(train_state.create, tx=self.actor_tx), out_shardings=self.actor_shardings)
+        return create(self._actor_params)
+
+    def policy_params(self, actor_state: TrainState) -> nnx.State:
+        """The GPT-2 policy's parameters inside an actor state (e.g. for the sampler)."""
+        return actor_state.params["policy"]
+
+    # ---- steps ------------------------------------------------------------------------------
+
+    def _check(self, batch) -> None:
+        multiple = shd.batch_size_multiple(self.mesh)
+        leaves = jax.tree.leaves(batch)
+        sizes = {leaf.shape[:2] for leaf in leaves}
+        if len(sizes) != 1:
+            raise ValueError(f"batch arrays disagree on [micro_batches, batch]: {sorted(sizes)}")
+        (micro, size), = sizes
+        if size % multiple:
+            raise ValueError(
+                f"batch size {size} is not a multiple of the mesh's batch axes ({multiple} = data x fsdp)"
+            )
+
+    def critic_step(self, state: TrainState, batch: steps.CriticBatch) -> tuple[TrainState, dict]:
+        """One critic optimizer step (gradients averaged over the micro-batches) + Polyak."""
+        self._check(batch)
+        return self._critic_step(state, batch)
+
+    def actor_step(self, state: TrainState, critic_params: nnx.State, batch: steps.ActorBatch) -> tuple[TrainState, dict]:
+        """One actor step with the advantage of the online critic (``critic_params``, unchanged)."""
+        self._check(batch)
+        return self._actor_step(state, critic_params, batch)
+
+    def bc_step(self, state: TrainState, batch: steps.BCBatch) -> tuple[TrainState, dict]:
+        """One behaviour-cloning (SFT) step on the actor."""
+        self._check(batch)
+        return self._bc_step(state, batch)
+

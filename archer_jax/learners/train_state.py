@@ -1,0 +1,68 @@
+"""A network's training state as a pytree, its optimizer, and its shardings over a mesh."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+
+from archer_jax import sharding as shd
+
+Array = jax.Array
+
+
+class TrainState(NamedTuple):
+    """Parameters, optimizer state and counters of one network.
+
+    ``target`` is the Polyak-averaged copy (the target critic), or None for networks without one.
+    ``skipped`` counts optimizer steps skipped because the loss or a gradient was not finite.
+    """
+
+    params: nnx.State
+    opt_state: Any
+    target: nnx.State | None
+    step: Array
+    skipped: Array
+
+
+def optimizer(learning_rate: float, max_grad_norm: float | None) -> optax.GradientTransformation:
+    """Adam on gradients clipped to ``max_grad_norm`` (global norm over this network only)."""
+    adam = optax.adam(learning_rate)
+    if max_grad_norm is None or max_grad_norm <= 0:
+        return adam
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), adam)
+
+
+def split_params(module: nnx.Module) -> tuple[nnx.GraphDef, nnx.State]:
+    """(graph, parameters) of ``module``; every variable must be a parameter."""
+    graphdef, params, rest = nnx.split(module, nnx.Param, ...)
+    if jax.tree.leaves(rest):
+        raise ValueError(f"{type(module).__name__} has non-parameter variables; train states hold parameters only")
+    return graphdef, params
+
+
+def create(params: nnx.State, tx: optax.GradientTransformation, *, with_target: bool = False) -> TrainState:
+    """A fresh state: optimizer initialised, target (if any) equal to the parameters."""
+    target = jax.tree.map(jnp.copy, params) if with_target else None
+    zero = jnp.zeros((), jnp.int32)
+    return TrainState(params, tx.init(params), target, zero, zero)
+
+
+def shardings(state: TrainState, tx: optax.GradientTransformation, mesh: Mesh, rules: shd.Rules) -> TrainState:
+    """``NamedSharding``s for ``state``: parameters (and the target and the optimizer's
+    per-parameter moments) by their logical axes; counters replicated."""
+    param_sh = shd.state_shardings(state.params, mesh, rules)
+    scalar = shd.replicated(mesh)
+    opt_sh = optax.tree_map_params(
+        tx,
+        lambda _, sh: sh,
+        state.opt_state,
+        param_sh,
+        transform_non_params=lambda _: scalar,
+        is_leaf=lambda x: isinstance(x, (nnx.Variable, NamedSharding)),
+    )
+    return TrainState(param_sh, opt_sh, None if state.target is None else param_sh, scalar, scalar)
