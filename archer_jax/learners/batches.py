@@ -118,3 +118,36 @@ def bc_batch(
         tokenizer.padding_side = side
     n = micro_batch_count
     return BCBatch(_split(obs, n), _split(Tokens(act.input_ids, act.attention_mask), n))
+
+
+def sampled_actor_batch(
+    sampler,
+    critic_tokenizer,
+    observations: Sequence[str],
+    key,
+    params,
+    *,
+    micro_batch_count: int,
+    model_state=None,
+    max_length: int = 512,
+):
+    """Draws a fresh ``a_π ~ π(·|s)`` for each observation with ``sampler`` (a
+    :class:`archer_jax.sampling.Sampler`) and builds the actor batch from it.
+
+    The policy tokens are the sampler's own (its prompt encoding and the sampled ids, stop token
+    included), so the actor trains on exactly what was sampled. Returns ``(batch, generation)``;
+    ``generation.texts`` are the ``a_π`` texts, e.g. for a critic batch's V-target.
+    """
+    generation = sampler.generate(observations, key, params, model_state=model_state)
+    observation = Tokens(generation.prompt.input_ids, generation.prompt.attention_mask)
+    action = right_padded(generation.tokens, generation.lengths, sampler.pad_id)
+    batch = actor_batch(
+        observation,
+        action,
+        critic_tokenizer,
+        observations,
+        generation.texts,
+        micro_batch_count=micro_batch_count,
+        max_length=max_length,
+    )
+    return batch, generation

@@ -1,0 +1,54 @@
+"""Fresh a_pi from the sampler into learner batches, and CHAI's choice by the target critic."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from archer_jax import learners, models
+from archer_jax.learners import batches
+from archer_jax.sampling import Sampler, SamplingParams
+from tests.learners.conftest import OBSERVATIONS, make_modules
+
+
+@pytest.fixture(scope="module")
+def sampler(tiny_dirs, tokenizers):
+    return Sampler(models.load_gpt2(tiny_dirs[0]), tokenizers[0])
+
+
+def test_actor_batch_from_the_sampler_reproduces_its_logprobs(tiny_dirs, tokenizers, sampler):
+    """The actor scores exactly what was sampled: packed log-probs == the sampler's (< 1e-4)."""
+    batch, generation = batches.sampled_actor_batch(
+        sampler, tokenizers[1], OBSERVATIONS * 2, jax.random.key(0), SamplingParams(max_new_tokens=8),
+        micro_batch_count=2,
+    )
+    assert batch.observation.ids.shape[:2] == (2, 4) and batch.action.ids.shape[2] == 8
+    policy = models.load_gpt2(tiny_dirs[0])
+    flat = lambda t: learners.Tokens(*(jnp.asarray(x.reshape(-1, x.shape[-1])) for x in t))  # noqa: E731
+    logprobs, _ = learners.action_logprobs(policy, flat(batch.observation), flat(batch.action))
+    np.testing.assert_allclose(np.asarray(logprobs), generation.logprobs, atol=1e-4)
+    # The critic sees the a_pi texts (cut before the stop string), in its own tokens.
+    critic_ids = batch.critic_action.ids.reshape(8, -1)
+    decoded = tokenizers[1].batch_decode(critic_ids, skip_special_tokens=True)
+    assert decoded == generation.texts
+
+
+def test_chai_acts_with_the_best_pessimistic_target_q(tiny_dirs, tokenizers, sampler):
+    _, critic = make_modules(tiny_dirs, seed=3)
+    graphdef, params = learners.split_params(critic)
+    obs = OBSERVATIONS[:3]
+    choice = learners.chai_actions(
+        sampler, graphdef, params, tokenizers[1], obs, jax.random.key(1), SamplingParams(max_new_tokens=6), k=4
+    )
+    assert choice.values.shape == (3, 4) and len(choice.candidates.texts) == 12
+    for i, o in enumerate(obs):  # score each candidate alone, unpadded
+        scores = []
+        for j in range(4):
+            text = choice.candidates.texts[i * 4 + j]
+            s = batches.tokenize(tokenizers[1], [o], 64)
+            a = batches.tokenize(tokenizers[1], [text], 64)
+            v = critic(learners.Tokens(*map(jnp.asarray, s)), learners.Tokens(*map(jnp.asarray, a)))
+            scores.append(float(jnp.minimum(v.q1, v.q2)[0]))
+        np.testing.assert_allclose(choice.values[i], scores, atol=1e-4)
+        assert choice.index[i] == int(np.argmax(scores))
+        assert choice.texts[i] == choice.candidates.texts[i * 4 + choice.index[i]]
