@@ -1,0 +1,177 @@
+"""A batch of environments stepped in parallel by worker processes that may crash.
+
+    pool = EnvPool(functools.partial(TwentyQuestions), num_envs=128, num_workers=4)
+    observations = pool.reset(seeds=range(128))
+    results = pool.step(actions)            # None for an env that is not playing
+    pool.close()
+
+* Workers start with ``spawn`` (forking a process that has started JAX can deadlock); each owns
+  the envs ``i`` with ``i % num_workers == worker`` (one jericho game per env, each in a worker).
+* A worker that dies (segfault, ``kill -9``) or does not answer within ``timeout_s`` is
+  restarted with fresh envs. The episodes it was running end there: their step result is
+  ``done=True`` with ``info.truncated=True`` and ``info.extra["worker_restarted"]=True`` (the
+  learners bootstrap from a truncation), the observation is the last one seen, and the env
+  must be reset before its next episode. ``pool.restarts`` counts restarts.
+* ``num_workers=0`` runs the envs in this process with the same interface.
+
+The env factory must be picklable (a module-level class or ``functools.partial`` of one).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from archer_jax.envs.base import Env, EnvError, StepInfo, StepResult
+
+EnvFactory = Callable[[], Env]
+
+
+def _worker(conn, make_env: EnvFactory, indices: Sequence[int]) -> None:
+    """Worker loop: ``(command, {index: argument})`` in, ``{index: reply}`` out."""
+    envs = {i: make_env() for i in indices}
+    while True:
+        try:
+            command, payload = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if command == "close":
+            return
+        replies: dict[int, Any] = {}
+        for i, argument in payload.items():
+            try:
+                replies[i] = envs[i].reset(argument) if command == "reset" else envs[i].step(argument)
+            except Exception as e:  # the env's own bug: report it instead of dying
+                replies[i] = EnvError(f"env {i} failed in {command}: {type(e).__name__}: {e}")
+        conn.send(replies)
+
+
+class _Process:
+    def __init__(self, ctx, make_env: EnvFactory, indices: Sequence[int]):
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker, args=(child, make_env, list(indices)), daemon=True)
+        self.process.start()
+        child.close()
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+        self.conn.close()
+
+
+class EnvPool:
+    """``num_envs`` environments from ``make_env`` over ``num_workers`` processes (0 = in-process)."""
+
+    def __init__(
+        self,
+        make_env: EnvFactory,
+        num_envs: int,
+        *,
+        num_workers: int = 0,
+        timeout_s: float = 120.0,
+        start_method: str = "spawn",
+    ):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.make_env = make_env
+        self.num_envs = num_envs
+        self.num_workers = min(num_workers, num_envs)
+        self.timeout_s = timeout_s
+        self.restarts = 0
+        self._last_obs = [""] * num_envs
+        self._ctx = mp.get_context(start_method)
+        self._local = [make_env() for _ in range(num_envs)] if self.num_workers == 0 else None
+        self._workers = [self._start(w) for w in range(self.num_workers)]
+
+    def _indices(self, worker: int) -> list[int]:
+        return list(range(worker, self.num_envs, self.num_workers))
+
+    def _start(self, worker: int) -> _Process:
+        return _Process(self._ctx, self.make_env, self._indices(worker))
+
+    def _call(self, command: str, arguments: dict[int, Any]) -> dict[int, Any]:
+        """Sends each worker its share, gathers replies; restarts the workers that fail."""
+        if self._local is not None:
+            return {
+                i: self._local[i].reset(a) if command == "reset" else self._local[i].step(a) for i, a in arguments.items()
+            }
+        shares: dict[int, dict[int, Any]] = {}
+        for i, argument in arguments.items():
+            shares.setdefault(i % self.num_workers, {})[i] = argument
+        sent = []
+        replies: dict[int, Any] = {}
+        for w, share in shares.items():
+            try:
+                self._workers[w].conn.send((command, share))
+                sent.append(w)
+            except (BrokenPipeError, OSError):
+                replies.update(self._restart(w, share))
+        for w in sent:
+            worker = self._workers[w]
+            try:
+                if not worker.conn.poll(self.timeout_s):
+                    raise TimeoutError
+                replies.update(worker.conn.recv())
+            except (EOFError, OSError, TimeoutError):
+                replies.update(self._restart(w, shares[w]))
+        for i, reply in replies.items():
+            if isinstance(reply, EnvError):
+                raise reply
+        return replies
+
+    def _restart(self, worker: int, share: dict[int, Any]) -> dict[int, StepResult | str]:
+        """Replaces a dead worker; its envs' episodes end as truncated."""
+        self._workers[worker].stop()
+        self._workers[worker] = self._start(worker)
+        self.restarts += 1
+        info = StepInfo(truncated=True, extra={"worker_restarted": True})
+        return {i: StepResult(self._last_obs[i], 0.0, True, info) for i in share}
+
+    def reset(self, seeds: Iterable[int | None] | None = None) -> list[str]:
+        """Starts an episode in every env; returns the first observations."""
+        seeds = list(seeds) if seeds is not None else [None] * self.num_envs
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"got {len(seeds)} seeds for {self.num_envs} envs")
+        replies = self._call("reset", dict(enumerate(seeds)))
+        for i in range(self.num_envs):
+            reply = replies[i]
+            if isinstance(reply, StepResult):  # the worker died during reset: try once more
+                reply = self._call("reset", {i: seeds[i]})[i]
+                if isinstance(reply, StepResult):
+                    raise EnvError(f"env {i}: its worker died twice while resetting")
+            self._last_obs[i] = reply
+        return list(self._last_obs)
+
+    def step(self, actions: Sequence[str | None]) -> list[StepResult | None]:
+        """Steps the envs whose action is not None (the others return None)."""
+        if len(actions) != self.num_envs:
+            raise ValueError(f"got {len(actions)} actions for {self.num_envs} envs")
+        replies = self._call("step", {i: a for i, a in enumerate(actions) if a is not None})
+        results: list[StepResult | None] = [None] * self.num_envs
+        for i, result in replies.items():
+            results[i] = result
+            self._last_obs[i] = result.observation
+        return results
+
+    def worker_pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers]
+
+    def close(self) -> None:
+        for worker in self._workers:
+            try:
+                worker.conn.send(("close", None))
+            except (BrokenPipeError, OSError):
+                pass
+            worker.process.join(timeout=2)
+            worker.stop()
+        self._workers = []
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
