@@ -69,14 +69,14 @@ def machine() -> dict:
 
 def print_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -> None:
     """Prints ``rows`` with ``columns`` = (key, header, format spec); missing values print as '-'."""
-    widths = [max(len(header), 10) + 2 for _, header, _ in columns]
+    def cell(row: dict, key: str, spec: str) -> str:
+        value = row.get(key)
+        return "-" if value is None else format(value, spec)
+
+    widths = [max([len(header), 10] + [len(cell(r, key, spec)) for r in rows]) + 2 for key, header, spec in columns]
     print("".join(f"{header:>{w}}" for (_, header, _), w in zip(columns, widths)))
     for row in rows:
-        cells = []
-        for (key, _, spec), w in zip(columns, widths):
-            value = row.get(key)
-            cells.append(f"{'-' if value is None else format(value, spec):>{w}}")
-        print("".join(cells))
+        print("".join(f"{cell(row, key, spec):>{w}}" for (key, _, spec), w in zip(columns, widths)))
 
 
 def write_result(name: str, config: dict, rows: Sequence[dict], out: Path = RESULTS) -> Path:

@@ -135,3 +135,30 @@ def expert(kind: str, seed: int = 0, universe: tuple[str, ...] | None = None) ->
         seed=seed,
         **_faults(kind),
     )
+
+
+def city_expert(kind: str, seed: int = 0) -> ScriptedExpert:
+    """A Guess My City expert of :data:`EXPERTS` ``kind``: yes/no attributes, every category
+    value ("Is it in Asia?", "Is it in Brazil?"), population thresholds, then a guess."""
+    from archer_jax.envs import guess_my_city as gmc
+
+    oracle = gmc.CityOracle()
+    questions = []
+    for attr in gmc.attributes():
+        if attr.kind == "bool":
+            questions.append(attr.question)
+        elif attr.kind == "category":
+            values = sorted({v.strip() for c in gmc.cities() for v in c.facts[attr.name].split(";") if v.strip()})
+            questions += [attr.question.replace("{value}", v) for v in values]
+        else:
+            questions += [attr.question.replace("{value}", str(n)) for n in (1, 2, 3, 5, 8, 10, 15, 20)]
+    # Questions that would name a city (a province called after its capital) are guesses, not splits.
+    questions = [q for q in questions if not oracle.named_cities(q)]
+    return ScriptedExpert(
+        secrets=tuple(c.name for c in gmc.cities()),
+        questions=tuple(questions),
+        answer=oracle.answer,
+        guess=lambda name: f"Is it {gmc.city_named(name).names[0]}?",
+        seed=seed,
+        **_faults(kind),
+    )

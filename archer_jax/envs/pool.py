@@ -131,20 +131,24 @@ class EnvPool:
         info = StepInfo(truncated=True, extra={"worker_restarted": True})
         return {i: StepResult(self._last_obs[i], 0.0, True, info) for i in share}
 
-    def reset(self, seeds: Iterable[int | None] | None = None) -> list[str]:
-        """Starts an episode in every env; returns the first observations."""
-        seeds = list(seeds) if seeds is not None else [None] * self.num_envs
-        if len(seeds) != self.num_envs:
-            raise ValueError(f"got {len(seeds)} seeds for {self.num_envs} envs")
-        replies = self._call("reset", dict(enumerate(seeds)))
-        for i in range(self.num_envs):
+    def reset(self, seeds: Iterable[int | None] | None = None, *, indices: Sequence[int] | None = None) -> list[str]:
+        """Starts an episode in every env (or only in ``indices``, one seed each); returns the
+        first observations of the envs reset, in order."""
+        indices = list(range(self.num_envs)) if indices is None else list(indices)
+        seeds = list(seeds) if seeds is not None else [None] * len(indices)
+        if len(seeds) != len(indices):
+            raise ValueError(f"got {len(seeds)} seeds for {len(indices)} envs")
+        if any(not 0 <= i < self.num_envs for i in indices):
+            raise ValueError(f"env indices must be in [0, {self.num_envs}), got {indices}")
+        replies = self._call("reset", dict(zip(indices, seeds)))
+        for i, seed in zip(indices, seeds):
             reply = replies[i]
             if isinstance(reply, StepResult):  # the worker died during reset: try once more
-                reply = self._call("reset", {i: seeds[i]})[i]
+                reply = self._call("reset", {i: seed})[i]
                 if isinstance(reply, StepResult):
                     raise EnvError(f"env {i}: its worker died twice while resetting")
             self._last_obs[i] = reply
-        return list(self._last_obs)
+        return [self._last_obs[i] for i in indices]
 
     def step(self, actions: Sequence[str | None]) -> list[StepResult | None]:
         """Steps the envs whose action is not None (the others return None)."""

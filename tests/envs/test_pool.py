@@ -80,3 +80,14 @@ def test_bad_arguments():
         EnvPool(Counter, num_envs=0)
     with EnvPool(Counter, num_envs=2) as pool, pytest.raises(ValueError, match="got 1 actions for 2 envs"):
         pool.step(["a"])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resetting_some_envs(workers):
+    with EnvPool(functools.partial(Counter, 3), num_envs=4, num_workers=workers) as pool:
+        pool.reset(range(4))
+        pool.step(["a"] * 4)
+        assert pool.reset([7, 9], indices=[1, 3]) == ["start 7", "start 9"]
+        assert [r.observation for r in pool.step(["b"] * 4)] == ["b 2", "b 1", "b 2", "b 1"]
+        with pytest.raises(ValueError, match="indices must be in"):
+            pool.reset([0], indices=[4])
