@@ -1,0 +1,34 @@
+"""Config files: presets and the official values (DESIGN §1)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, CONFIGS / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_20q_default_is_the_papers_setting():
+    c = load("20q.py").get_config()
+    # DESIGN §1, official online hyperparameters.
+    assert (c.policy, c.critic, c.agent) == ("gpt2", "roberta-base", "archer")
+    assert (c.capacity, c.rollout_size, c.eval_size, c.batch_size, c.grad_accum_steps) == (100000, 128, 32, 8, 32)
+    assert (c.epochs, c.actor_epochs, c.warmup_iter, c.iterations) == (50, 3, 20, 2000)
+    assert (c.critic_lr, c.lm_lr, c.gamma, c.tau, c.max_grad_norm) == (2e-5, 1e-6, 0.95, 0.1, 1.0)
+    assert (c.max_new_tokens, c.temperature, c.save_freq, c.eval_freq) == (32, 1.0, 25, 25)
+
+
+def test_tiny_preset_needs_no_download_and_unknown_presets_fail():
+    module = load("20q.py")
+    tiny = module.get_config("tiny")
+    assert tiny.policy.startswith("tiny:") and tiny.critic.startswith("tiny:") and tiny.sft_steps > 0
+    assert set(tiny.keys()) == set(module.get_config().keys())  # presets change values, never keys
+    with pytest.raises(ValueError, match="unknown preset 'big'"):
+        module.get_config("big")
