@@ -40,7 +40,7 @@ from jax.sharding import Mesh, NamedSharding
 from archer_jax import sharding as shd
 from archer_jax.models.attention import KVCache
 from archer_jax.models.gpt2.model import GPT2LMHeadModel, init_cache
-from archer_jax.models.tokenizer import Encoded, bucket_length, encode
+from archer_jax.models.tokenizer import Encoded, bucket_length, encode, next_power_of_two
 
 Array = jax.Array
 
@@ -352,8 +352,7 @@ class Sampler:
     def batch_bucket(self, batch: int) -> int:
         """Rows are padded to a power of two, and to a multiple of the mesh's batch axes."""
         multiple = shd.batch_size_multiple(self.mesh)
-        bucket = 1 << max(batch - 1, 0).bit_length()
-        return -(-bucket // multiple) * multiple
+        return -(-next_power_of_two(batch) // multiple) * multiple
 
     def _state_shardings(self, batch: int, slots: int) -> DecodeState:
         rows = shd.batch_sharding(self.mesh, 1)

@@ -13,7 +13,7 @@ import numpy as np
 
 from archer_jax.learners.critic import Tokens
 from archer_jax.learners.steps import ActorBatch, BCBatch, CriticBatch
-from archer_jax.models.tokenizer import bucket_length, encode
+from archer_jax.models.tokenizer import encode
 
 
 def micro_batches(array: np.ndarray, count: int) -> np.ndarray:
@@ -30,10 +30,9 @@ def tokenize(tokenizer, texts: Sequence[str], max_length: int, length: int | Non
 
 
 def tokenize_pair(tokenizer, a: Sequence[str], b: Sequence[str], max_length: int) -> tuple[Tokens, Tokens]:
-    """Two text lists padded to one shared length bucket."""
-    rows = tokenizer(list(a) + list(b), truncation=True, max_length=max_length)["input_ids"]
-    length = bucket_length(max(len(r) for r in rows), max_length)
-    return tokenize(tokenizer, a, max_length, length), tokenize(tokenizer, b, max_length, length)
+    """Two text lists padded to one shared length bucket (tokenized together, once)."""
+    both, n = tokenize(tokenizer, [*a, *b], max_length), len(a)
+    return Tokens(both.ids[:n], both.mask[:n]), Tokens(both.ids[n:], both.mask[n:])
 
 
 def _split(tokens: Tokens, count: int) -> Tokens:
@@ -108,14 +107,13 @@ def bc_batch(
     Each action is tokenized on its own, as the sampler produces it after the observation.
     """
     obs = tokenize(tokenizer, observations, max_length)
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "right"
-    try:
-        act = encode(
-            tokenizer, [a + stop_string for a in actions], max_length=max_action_length, add_special_tokens=False
-        )
-    finally:
-        tokenizer.padding_side = side
+    act = encode(
+        tokenizer,
+        [a + stop_string for a in actions],
+        max_length=max_action_length,
+        add_special_tokens=False,
+        padding_side="right",
+    )
     n = micro_batch_count
     return BCBatch(_split(obs, n), _split(Tokens(act.input_ids, act.attention_mask), n))
 

@@ -14,6 +14,7 @@ from flax import nnx
 from archer_jax.learners.batches import tokenize
 from archer_jax.learners.critic import Tokens
 from archer_jax.learners.selection import chai_select
+from archer_jax.models.tokenizer import next_power_of_two
 from archer_jax.sampling import Generation, Sampler, SamplingParams
 
 
@@ -55,7 +56,7 @@ def chai_actions(
         raise ValueError(f"k must be >= 1, got {k}")
     repeated = [o for o in observations for _ in range(k)]
     generation = sampler.generate(repeated, key, params, model_state=model_state)
-    rows = 1 << (len(repeated) - 1).bit_length()
+    rows = next_power_of_two(len(repeated))
     obs = _pad_rows(tokenize(critic_tokenizer, repeated, max_length), rows)
     act = _pad_rows(tokenize(critic_tokenizer, generation.texts, max_length), rows)
     q1, q2 = (jnp.reshape(q[: len(repeated)], (len(observations), k)) for q in _q_values(critic_graphdef, target_params, obs, act))

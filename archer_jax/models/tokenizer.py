@@ -52,10 +52,14 @@ def load_tokenizer(name_or_path: str | os.PathLike, *, padding_side: str | None 
     return tokenizer
 
 
+def next_power_of_two(n: int) -> int:
+    """The smallest power of two ``>= n`` (1 for ``n <= 1``)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def bucket_length(length: int, max_length: int, min_bucket: int = 16) -> int:
     """The smallest power-of-two bucket ``>= length`` (at least ``min_bucket``), capped at ``max_length``."""
-    bucket = max(min_bucket, 1 << max(length - 1, 0).bit_length())
-    return min(bucket, max_length)
+    return min(max(min_bucket, next_power_of_two(length)), max_length)
 
 
 class Encoded(NamedTuple):
@@ -71,12 +75,15 @@ def encode(
     length: int | None = None,
     min_bucket: int = 16,
     add_special_tokens: bool = True,
+    padding_side: str | None = None,
 ) -> Encoded:
     """Tokenizes ``texts``, truncating each from the left to ``max_length`` tokens.
 
-    The batch is padded (on the tokenizer's padding side, with its pad token) to ``length``,
-    or by default to :func:`bucket_length` of its longest row.
+    The batch is padded (on ``padding_side``, by default the tokenizer's, with its pad token) to
+    ``length``, or by default to :func:`bucket_length` of its longest row.
     """
+    if padding_side not in (None, "left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
     rows = tokenizer(
         list(texts), truncation=True, max_length=max_length, add_special_tokens=add_special_tokens
     )["input_ids"]
@@ -87,7 +94,7 @@ def encode(
         raise ValueError(f"length {length} is shorter than the longest encoded text ({longest} tokens)")
     ids = np.full((len(rows), length), tokenizer.pad_token_id, np.int32)
     mask = np.zeros((len(rows), length), np.int32)
-    left = tokenizer.padding_side == "left"
+    left = (padding_side or tokenizer.padding_side) == "left"
     for i, row in enumerate(rows):
         span = slice(length - len(row), length) if left else slice(0, len(row))
         ids[i, span] = row
