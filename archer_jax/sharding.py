@@ -130,10 +130,11 @@ def batch_size_multiple(mesh: Mesh | None) -> int:
     return math.prod(mesh.shape.get(axis, 1) for axis in BATCH_AXES)
 
 
-def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
-    """Leading (batch) dimension split over the data axes, the rest replicated."""
-    axes = tuple(a for a in BATCH_AXES if a in mesh.shape)
-    return NamedSharding(mesh, PartitionSpec(axes, *([None] * (ndim - 1))))
+def batch_sharding(mesh: Mesh, ndim: int = 2, batch_dim: int = 0) -> NamedSharding:
+    """Dimension ``batch_dim`` split over the data axes, the rest replicated."""
+    spec = [None] * ndim
+    spec[batch_dim] = tuple(a for a in BATCH_AXES if a in mesh.shape)
+    return NamedSharding(mesh, PartitionSpec(*spec))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

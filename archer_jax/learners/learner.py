@@ -19,7 +19,7 @@ import functools
 import jax
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding
 
 from archer_jax import sharding as shd
 from archer_jax.learners import steps, train_state
@@ -106,8 +106,7 @@ class Learner:
 
     def batch_sharding(self, ndim: int) -> NamedSharding:
         """``[micro_batches, batch, ...]``: the batch axis over the mesh's data axes."""
-        axes = tuple(a for a in shd.BATCH_AXES if a in self.mesh.shape)
-        return NamedSharding(self.mesh, PartitionSpec(None, axes, *([None] * (ndim - 2))))
+        return shd.batch_sharding(self.mesh, ndim, batch_dim=1)
 
     # ---- states -----------------------------------------------------------------------------
 
@@ -135,7 +134,7 @@ class Learner:
         sizes = {leaf.shape[:2] for leaf in leaves}
         if len(sizes) != 1:
             raise ValueError(f"batch arrays disagree on [micro_batches, batch]: {sorted(sizes)}")
-        (micro, size), = sizes
+        ((_, size),) = sizes
         if size % multiple:
             raise ValueError(
                 f"batch size {size} is not a multiple of the mesh's batch axes ({multiple} = data x fsdp)"
