@@ -76,8 +76,11 @@ class ScriptedExpert:
 
     def consistent(self, observation: str) -> list[str]:
         """The secrets whose answers agree with every answered question so far."""
+        return self._consistent(parse_dialogue(observation))
+
+    def _consistent(self, turns: list[tuple[str, str]]) -> list[str]:
         alive = list(self.secrets)
-        for question, answer in parse_dialogue(observation):
+        for question, answer in turns:
             if answer != INVALID:
                 yes = self.yes_set(question)
                 alive = [s for s in alive if (s in yes) == (answer == YES)]
@@ -85,8 +88,9 @@ class ScriptedExpert:
 
     def act(self, observation: str) -> str:
         """The next question for the dialogue in ``observation``."""
-        alive = self.consistent(observation) or list(self.secrets)
-        asked = {q for q, _ in parse_dialogue(observation)}
+        turns = parse_dialogue(observation)
+        alive = self._consistent(turns) or list(self.secrets)
+        asked = {q for q, _ in turns}
         if len(alive) <= 2:
             return self.guess(alive[0])
         if self.early_guess_prob and self.rng.random() < self.early_guess_prob:

@@ -19,21 +19,18 @@ Grammar (after :func:`~archer_jax.envs.oracle.canonical_question` normalization)
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
 import random
 import re
 from pathlib import Path
 
-from archer_jax.envs.base import StepInfo, StepResult
-from archer_jax.envs.oracle import INVALID, NO, YES, Oracle, canonical_question, normalize
+from archer_jax.envs.oracle import INVALID, NO, YES, NameIndex, Oracle, canonical_question, mentions, normalize
+from archer_jax.envs.question_game import MAX_TURNS, QuestionGame, read_csv
 
 DATA = Path(__file__).parent / "data"
 CITIES_CSV = DATA / "cities.csv"
 ATTRIBUTES_CSV = DATA / "cities_attributes.csv"
-START = "Questions:\n"
-MAX_TURNS = 20
 
 # Other ways of naming category values (normalized -> normalized value in the table).
 VALUE_ALIASES = {
@@ -68,10 +65,8 @@ class CityAttribute:
 
 @functools.cache
 def cities() -> tuple[City, ...]:
-    with CITIES_CSV.open(newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
     out = []
-    for row in rows:
+    for row in read_csv(CITIES_CSV):
         name, city, aliases = row.pop("name"), row.pop("city"), row.pop("aliases")
         names = (city, *(a for a in aliases.split(";") if a.strip()))
         out.append(City(name, tuple(dict.fromkeys(n.strip() for n in names)), row))
@@ -80,12 +75,11 @@ def cities() -> tuple[City, ...]:
 
 @functools.cache
 def attributes() -> tuple[CityAttribute, ...]:
-    with ATTRIBUTES_CSV.open(newline="", encoding="utf-8") as f:
-        return tuple(
-            CityAttribute(r["attribute"], r["kind"], r["question"], tuple(p for p in r["paraphrases"].split("|") if p),
-                          r["definition"])
-            for r in csv.DictReader(f)
-        )
+    return tuple(
+        CityAttribute(r["attribute"], r["kind"], r["question"], tuple(p for p in r["paraphrases"].split("|") if p),
+                      r["definition"])
+        for r in read_csv(ATTRIBUTES_CSV)
+    )
 
 
 @functools.cache
@@ -115,7 +109,7 @@ class CityOracle:
     """Answers Guess My City questions from the city table (grammar in the module docstring)."""
 
     def __init__(self):
-        self._names = sorted(((normalize(n), c.name) for c in cities() for n in c.names), key=lambda x: -len(x[0]))
+        self._names = NameIndex((n, c.name) for c in cities() for n in c.names)
         self._bool: dict[str, str] = {}
         self._templates: list[tuple[re.Pattern, CityAttribute]] = []
         for attr in attributes():
@@ -130,13 +124,8 @@ class CityOracle:
         self._known = {a.name: set().union(*(_values(c, a.name) for c in cities())) for a in attributes() if a.kind == "category"}
 
     def named_cities(self, question: str) -> set[str]:
-        text = f" {normalize(question)} "
-        found = set()
-        for name, official in self._names:
-            if f" {name} " in text:
-                found.add(official)
-                text = text.replace(f" {name} ", " | ")
-        return found
+        """Official names of the cities ``question`` mentions."""
+        return self._names.find(question)
 
     @functools.lru_cache(maxsize=65536)  # noqa: B019
     def parse(self, question: str) -> tuple[str, str, str] | None:
@@ -187,35 +176,18 @@ class CityOracle:
         return YES if float(city.facts[attribute]) > float(value) else NO
 
 
-def names_city(question: str, city: City) -> bool:
-    text = f" {normalize(question)} "
-    return any(f" {normalize(n)} " in text for n in city.names)
-
-
-class GuessMyCity:
+class GuessMyCity(QuestionGame):
     """One game of Guess My City over the official cities."""
 
+    secret_key = "city"
+
     def __init__(self, oracle: Oracle | None = None, max_turns: int = MAX_TURNS):
+        super().__init__(oracle if oracle is not None else CityOracle(), max_turns)
         self.cities = cities()
-        self.oracle = oracle if oracle is not None else CityOracle()
-        self.max_turns = max_turns
-        self.secret: City | None = None
-        self.history, self.turn, self.done = START, 0, True
 
     def reset(self, seed: int | None = None, *, city: str | None = None) -> str:
-        self.secret = city_named(city) if city is not None else random.Random(seed).choice(self.cities)
-        self.history, self.turn, self.done = START, 0, False
-        return self.history
+        return self.start(city_named(city) if city is not None else random.Random(seed).choice(self.cities))
 
-    def step(self, action: str) -> StepResult:
-        if self.secret is None or self.done:
-            raise RuntimeError("call reset() before step() (the episode is over)")
-        question = " ".join(str(action).split())[:500]
-        answer = self.oracle.answer(self.secret.name, question)
-        self.turn += 1
-        won = names_city(question, self.secret)
-        truncated = not won and self.turn >= self.max_turns
-        self.done = won or truncated
-        self.history += f"{question} {answer}\n"
-        info = StepInfo(success=won, truncated=truncated, invalid=answer == INVALID, extra={"city": self.secret.name})
-        return StepResult(self.history, 0.0 if won else -1.0, self.done, info)
+    def wins(self, question: str, answer: str) -> bool:
+        """The city's name or an alias appears in the question, whatever the answer."""
+        return any(mentions(question, n) for n in self.secret.names)

@@ -87,3 +87,25 @@ def mentions(text: str, name: str) -> bool:
     """Whether ``name`` occurs in ``text`` as whole words (both normalized)."""
     n = normalize(name)
     return bool(n) and re.search(rf"(^| ){re.escape(n)}( |$)", normalize(text)) is not None
+
+
+class NameIndex:
+    """Finds which secrets a question names: every ``(name, key)`` pair matched as whole words,
+    longest names first, so "cooking pot" is one name and not "pot" as well."""
+
+    def __init__(self, pairs):
+        self._names = sorted(((normalize(n), key) for n, key in pairs), key=lambda x: -len(x[0]))
+
+    def names_of(self, keys: set) -> set[str]:
+        """The normalized names of ``keys``."""
+        return {n for n, key in self._names if key in keys}
+
+    def find(self, question: str) -> set:
+        """The keys of the names ``question`` mentions."""
+        text = f" {normalize(question)} "
+        found = set()
+        for name, key in self._names:
+            if name and f" {name} " in text:
+                found.add(key)
+                text = text.replace(f" {name} ", " | ")
+        return found

@@ -23,23 +23,20 @@ Before matching, the question is normalized: case, punctuation, accents and emoj
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
 import random
 import re
 from pathlib import Path
 
-from archer_jax.envs.base import StepInfo, StepResult
-from archer_jax.envs.oracle import INVALID, NO, YES, Oracle, canonical_question, ends_with_name, normalize
+from archer_jax.envs.oracle import INVALID, NO, YES, NameIndex, Oracle, canonical_question, ends_with_name, normalize
+from archer_jax.envs.question_game import MAX_TURNS, QuestionGame, read_csv
 
 DATA = Path(__file__).parent / "data"
 OBJECTS_CSV = DATA / "twenty_questions.csv"
 ATTRIBUTES_CSV = DATA / "twenty_questions_attributes.csv"
 
 SUBSET = ("Football", "Dog", "Banana", "Truck", "Pants", "Computer", "Piano", "Chair", "Pen", "Scissors")
-START = "Questions:\n"
-MAX_TURNS = 20
 
 CATEGORY_PHRASES: dict[str, tuple[str, ...]] = {
     "Sports": ("sports equipment", "sport equipment", "sports item", "piece of sports equipment", "sports gear"),
@@ -84,10 +81,8 @@ class Attribute:
 @functools.cache
 def objects() -> tuple[TwentyQuestionsObject, ...]:
     """The 157 official objects with their attributes, in the official order."""
-    with OBJECTS_CSV.open(newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
     out = []
-    for row in rows:
+    for row in read_csv(OBJECTS_CSV):
         names = tuple(n.strip() for n in row.pop("names").split(";") if n.strip())
         category = row.pop("category")
         out.append(TwentyQuestionsObject(names, category, {k: v.strip() == "1" for k, v in row.items()}))
@@ -96,11 +91,10 @@ def objects() -> tuple[TwentyQuestionsObject, ...]:
 
 @functools.cache
 def attributes() -> tuple[Attribute, ...]:
-    with ATTRIBUTES_CSV.open(newline="", encoding="utf-8") as f:
-        return tuple(
-            Attribute(r["attribute"], r["question"], tuple(p for p in r["paraphrases"].split("|") if p), r["definition"])
-            for r in csv.DictReader(f)
-        )
+    return tuple(
+        Attribute(r["attribute"], r["question"], tuple(p for p in r["paraphrases"].split("|") if p), r["definition"])
+        for r in read_csv(ATTRIBUTES_CSV)
+    )
 
 
 @functools.cache
@@ -124,28 +118,13 @@ def _article_free(phrase: str) -> str:
 class KnowledgeBaseOracle:
     """Answers Twenty Questions from the knowledge base with the grammar in the module docstring."""
 
-    def __init__(self, universe: tuple[TwentyQuestionsObject, ...] | None = None):
-        self.universe = universe if universe is not None else objects()
-        # Every object name, longest first, for finding which objects a question names.
-        self._names = sorted(
-            ((normalize(n), obj.name) for obj in objects() for n in obj.names), key=lambda x: -len(x[0])
-        )
+    def __init__(self):
+        self._names = NameIndex((n, obj.name) for obj in objects() for n in obj.names)
         self._categories = {normalize(p): c for c, phrases in CATEGORY_PHRASES.items() for p in phrases}
         self._attributes: dict[str, str] = {}
         for attr in attributes():
             for phrase in (attr.question, *attr.paraphrases):
                 self._attributes[canonical_question(phrase)] = attr.name
-
-    def named_objects(self, question: str) -> set[str]:
-        """Primary names of the objects ``question`` mentions (longest names matched first)."""
-        text = f" {normalize(question)} "
-        found = set()
-        for name, primary in self._names:
-            token = f" {name} "
-            if token in text:
-                found.add(primary)
-                text = text.replace(token, " | ")
-        return found
 
     @functools.lru_cache(maxsize=65536)  # noqa: B019 (oracles live as long as the process)
     def parse(self, question: str) -> tuple[str, str] | None:
@@ -155,13 +134,13 @@ class KnowledgeBaseOracle:
             return None
         if q in self._attributes:  # attributes first: their definitions are the most precise
             return ("attribute", self._attributes[q])
-        named = self.named_objects(q)
+        named = self._names.find(q)
         if len(named) > 1:
             return None
         for lead in ("is it ", "is the answer ", "is the word ", "are they ", "it is ", "is it the "):
             if q.startswith(lead):
                 rest = _article_free(q[len(lead) :])
-                if named and rest in {n for n, p in self._names if p in named}:
+                if named and rest in self._names.names_of(named):
                     return ("guess", next(iter(named)))
                 if rest in self._categories:
                     return ("category", self._categories[rest])
@@ -180,36 +159,21 @@ class KnowledgeBaseOracle:
         return YES if obj.facts[value] else NO
 
 
-class TwentyQuestions:
+class TwentyQuestions(QuestionGame):
     """One game of Twenty Questions. ``words``: the candidate objects (default: all 157)."""
 
+    secret_key = "word"
+
     def __init__(self, words: tuple[str, ...] | None = None, oracle: Oracle | None = None, max_turns: int = MAX_TURNS):
+        super().__init__(oracle if oracle is not None else KnowledgeBaseOracle(), max_turns)
         self.objects = objects() if words is None else tuple(object_named(w) for w in words)
-        self.oracle = oracle if oracle is not None else KnowledgeBaseOracle()
-        self.max_turns = max_turns
-        self.secret: TwentyQuestionsObject | None = None
-        self.history = START
-        self.turn = 0
-        self.done = True
 
     def reset(self, seed: int | None = None, *, word: str | None = None) -> str:
         """A new game; ``word`` fixes the hidden object, else ``seed`` picks it."""
-        self.secret = object_named(word) if word is not None else random.Random(seed).choice(self.objects)
-        self.history, self.turn, self.done = START, 0, False
-        return self.history
+        return self.start(object_named(word) if word is not None else random.Random(seed).choice(self.objects))
 
-    def step(self, action: str) -> StepResult:
-        if self.secret is None or self.done:
-            raise RuntimeError("call reset() before step() (the episode is over)")
-        question = " ".join(str(action).split())[:500]  # one line: it is appended to the dialogue
-        answer = self.oracle.answer(self.secret.name, question)
-        self.turn += 1
-        won = answer == YES and ends_with_name(question, self.secret.names)
-        truncated = not won and self.turn >= self.max_turns
-        self.done = won or truncated
-        self.history += f"{question} {answer}\n"
-        info = StepInfo(success=won, truncated=truncated, invalid=answer == INVALID, extra={"word": self.secret.name})
-        return StepResult(self.history, 0.0 if won else -1.0, self.done, info)
+    def wins(self, question: str, answer: str) -> bool:
+        return answer == YES and ends_with_name(question, self.secret.names)
 
 
 class TwentyQuestionsSubset(TwentyQuestions):

@@ -1,0 +1,62 @@
+"""What Twenty Questions and Guess My City share: the dialogue, the turn limit, the tables.
+
+The observation starts as ``"Questions:\\n"`` and each turn appends ``"<question> <answer>\\n"``
+(the question kept on one line, at most 500 characters). Reward is -1 per turn and 0 on the
+winning turn; after ``max_turns`` turns without a win the episode is cut (``info.truncated``),
+which is not a terminal state. Subclasses pick the secret and say what wins.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from archer_jax.envs.base import StepInfo, StepResult
+from archer_jax.envs.oracle import INVALID, MAX_QUESTION_CHARS, Oracle
+
+START = "Questions:\n"
+MAX_TURNS = 20
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """The rows of a knowledge-base table, as dicts keyed by the header."""
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+class QuestionGame:
+    """One game of questions about a hidden secret (anything with a ``name``)."""
+
+    secret_key = "secret"  # the key of the secret's name in ``info.extra``
+
+    def __init__(self, oracle: Oracle, max_turns: int = MAX_TURNS):
+        self.oracle = oracle
+        self.max_turns = max_turns
+        self.secret: Any = None
+        self.history, self.turn, self.done = START, 0, True
+
+    def wins(self, question: str, answer: str) -> bool:
+        """Whether ``question``, answered ``answer``, finds the secret."""
+        raise NotImplementedError
+
+    def start(self, secret: Any) -> str:
+        """Begins a game about ``secret``; returns the first observation."""
+        self.secret = secret
+        self.history, self.turn, self.done = START, 0, False
+        return self.history
+
+    def step(self, action: str) -> StepResult:
+        if self.secret is None or self.done:
+            raise RuntimeError("call reset() before step() (the episode is over)")
+        question = " ".join(str(action).split())[:MAX_QUESTION_CHARS]  # one line: it joins the dialogue
+        answer = self.oracle.answer(self.secret.name, question)
+        self.turn += 1
+        won = self.wins(question, answer)
+        truncated = not won and self.turn >= self.max_turns
+        self.done = won or truncated
+        self.history += f"{question} {answer}\n"
+        info = StepInfo(
+            success=won, truncated=truncated, invalid=answer == INVALID, extra={self.secret_key: self.secret.name}
+        )
+        return StepResult(self.history, 0.0 if won else -1.0, self.done, info)
