@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 
 from archer_jax.envs.oracle import INVALID, NO, YES, NameIndex, Oracle, canonical_question, mentions, normalize
-from archer_jax.envs.question_game import MAX_TURNS, QuestionGame, read_csv
+from archer_jax.envs.question_game import MAX_TURNS, Attribute, QuestionGame, read_attributes, read_csv
 
 DATA = Path(__file__).parent / "data"
 CITIES_CSV = DATA / "cities.csv"
@@ -54,15 +54,6 @@ class City:
     facts: dict[str, str]
 
 
-@dataclasses.dataclass(frozen=True)
-class CityAttribute:
-    name: str
-    kind: str  # bool, category or number
-    question: str
-    paraphrases: tuple[str, ...]
-    definition: str
-
-
 @functools.cache
 def cities() -> tuple[City, ...]:
     out = []
@@ -74,12 +65,8 @@ def cities() -> tuple[City, ...]:
 
 
 @functools.cache
-def attributes() -> tuple[CityAttribute, ...]:
-    return tuple(
-        CityAttribute(r["attribute"], r["kind"], r["question"], tuple(p for p in r["paraphrases"].split("|") if p),
-                      r["definition"])
-        for r in read_csv(ATTRIBUTES_CSV)
-    )
+def attributes() -> tuple[Attribute, ...]:
+    return read_attributes(ATTRIBUTES_CSV)
 
 
 @functools.cache
@@ -111,7 +98,7 @@ class CityOracle:
     def __init__(self):
         self._names = NameIndex((n, c.name) for c in cities() for n in c.names)
         self._bool: dict[str, str] = {}
-        self._templates: list[tuple[re.Pattern, CityAttribute]] = []
+        self._templates: list[tuple[re.Pattern, Attribute]] = []
         for attr in attributes():
             for phrase in (attr.question, *attr.paraphrases):
                 if attr.kind == "bool":

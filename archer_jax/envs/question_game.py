@@ -9,6 +9,7 @@ which is not a terminal state. Subclasses pick the secret and say what wins.
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,32 @@ def read_csv(path: Path) -> list[dict[str, str]]:
     """The rows of a knowledge-base table, as dicts keyed by the header."""
     with path.open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+@dataclasses.dataclass(frozen=True)
+class Attribute:
+    """One column of a knowledge base and how players ask about it."""
+
+    name: str
+    question: str  # the canonical question; category and number kinds hold "{value}"
+    paraphrases: tuple[str, ...]
+    definition: str  # how borderline cases are decided
+    kind: str = "bool"  # bool, category or number
+
+
+def read_attributes(path: Path) -> tuple[Attribute, ...]:
+    """The attribute table at ``path`` (``attribute,[kind,]question,paraphrases,definition``;
+    paraphrases ``|``-separated)."""
+    return tuple(
+        Attribute(
+            r["attribute"],
+            r["question"],
+            tuple(p for p in r["paraphrases"].split("|") if p),
+            r["definition"],
+            r.get("kind", "bool"),
+        )
+        for r in read_csv(path)
+    )
 
 
 class QuestionGame:

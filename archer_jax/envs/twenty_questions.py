@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 
 from archer_jax.envs.oracle import INVALID, NO, YES, NameIndex, Oracle, canonical_question, ends_with_name, normalize
-from archer_jax.envs.question_game import MAX_TURNS, QuestionGame, read_csv
+from archer_jax.envs.question_game import MAX_TURNS, Attribute, QuestionGame, read_attributes, read_csv
 
 DATA = Path(__file__).parent / "data"
 OBJECTS_CSV = DATA / "twenty_questions.csv"
@@ -70,14 +70,6 @@ class TwentyQuestionsObject:
         return self.names[0]
 
 
-@dataclasses.dataclass(frozen=True)
-class Attribute:
-    name: str
-    question: str
-    paraphrases: tuple[str, ...]
-    definition: str
-
-
 @functools.cache
 def objects() -> tuple[TwentyQuestionsObject, ...]:
     """The 157 official objects with their attributes, in the official order."""
@@ -91,10 +83,7 @@ def objects() -> tuple[TwentyQuestionsObject, ...]:
 
 @functools.cache
 def attributes() -> tuple[Attribute, ...]:
-    return tuple(
-        Attribute(r["attribute"], r["question"], tuple(p for p in r["paraphrases"].split("|") if p), r["definition"])
-        for r in read_csv(ATTRIBUTES_CSV)
-    )
+    return read_attributes(ATTRIBUTES_CSV)
 
 
 @functools.cache
