@@ -96,6 +96,14 @@ class ReplayBuffer:
         index = self.rng.integers(0, self.size, count)
         return self.gather(index)
 
+    def sample_from(self, positions: np.ndarray, count: int) -> dict[str, Any]:
+        """``count`` transitions drawn uniformly with replacement among ``positions`` (e.g. those of
+        the best trajectories, for filtered BC), with the buffer's generator."""
+        positions = np.asarray(positions)
+        if positions.size == 0:
+            raise ValueError("cannot sample from an empty set of positions")
+        return self.gather(positions[self.rng.integers(0, positions.size, count)])
+
     def gather(self, index: np.ndarray) -> dict[str, Any]:
         """The transitions at ``index`` (positions among the stored ones)."""
         out: dict[str, Any] = {}

@@ -40,7 +40,7 @@ from jax.sharding import Mesh, NamedSharding
 from archer_jax import sharding as shd
 from archer_jax.models.attention import KVCache
 from archer_jax.models.gpt2.model import GPT2LMHeadModel, init_cache
-from archer_jax.models.tokenizer import Encoded, bucket_length, encode, next_power_of_two
+from archer_jax.models.tokenizer import Encoded, bucket_length, encode, next_power_of_two, pad_rows
 
 Array = jax.Array
 
@@ -485,9 +485,28 @@ class Sampler:
         model_state: nnx.State | None = None,
     ) -> Generation:
         """Generates one action per prompt. ``model_state`` defaults to the model's parameters."""
-        encoded = self.encode(prompts, params)
+        return self._generate(self.encode(prompts, params), key, params, model_state)
+
+    def generate_rows(
+        self,
+        rows: Sequence[np.ndarray],
+        key: Array,
+        params: SamplingParams = SamplingParams(),
+        *,
+        model_state: nnx.State | None = None,
+    ) -> Generation:
+        """Like :meth:`generate` from prompts already in token ids (one unpadded row each, e.g.
+        kept in a replay buffer): no re-tokenization."""
+        if len(rows) == 0:
+            raise ValueError("rows is empty: nothing to generate from")
+        limit = self.prompt_limit(params)
+        rows = [np.asarray(r, np.int32)[-limit:] for r in rows]
+        encoded = pad_rows(rows, self.pad_id, left=True, max_length=limit, min_bucket=min(self.min_prompt_bucket, limit))
+        return self._generate(encoded, key, params, model_state)
+
+    def _generate(self, encoded: Encoded, key: Array, params: SamplingParams, model_state) -> Generation:
         out = self.generate_tokens(encoded.input_ids, encoded.attention_mask, key, params, model_state=model_state)
-        batch = len(prompts)
+        batch = encoded.input_ids.shape[0]
         out = jax.device_get(jax.tree.map(lambda a: a[:batch], out))
         return self._finish(out, params, encoded)
 

@@ -7,13 +7,14 @@ compiles a step once per (observation bucket, action bucket).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 
 from archer_jax.learners.critic import Tokens
 from archer_jax.learners.steps import ActorBatch, BCBatch, CriticBatch
-from archer_jax.models.tokenizer import encode
+from archer_jax.models.tokenizer import encode, pad_rows, token_rows
 
 
 def micro_batches(array: np.ndarray, count: int) -> np.ndarray:
@@ -29,14 +30,48 @@ def tokenize(tokenizer, texts: Sequence[str], max_length: int, length: int | Non
     return Tokens(enc.input_ids, enc.attention_mask)
 
 
-def tokenize_pair(tokenizer, a: Sequence[str], b: Sequence[str], max_length: int) -> tuple[Tokens, Tokens]:
-    """Two text lists padded to one shared length bucket (tokenized together, once)."""
-    both, n = tokenize(tokenizer, [*a, *b], max_length), len(a)
+def pad(tokenizer, rows: Sequence[np.ndarray], max_length: int, length: int | None = None) -> Tokens:
+    """Token id rows (as :func:`archer_jax.models.tokenizer.token_rows` gives, e.g. kept in the
+    replay buffer) padded on the tokenizer's side to ``length`` or their length bucket."""
+    enc = pad_rows(rows, tokenizer.pad_token_id, left=tokenizer.padding_side == "left", max_length=max_length,
+                   length=length)
+    return Tokens(enc.input_ids, enc.attention_mask)
+
+
+def pad_pair(tokenizer, a: Sequence[np.ndarray], b: Sequence[np.ndarray], max_length: int) -> tuple[Tokens, Tokens]:
+    """Two lists of token rows padded to one shared length bucket."""
+    both, n = pad(tokenizer, [*a, *b], max_length), len(a)
     return Tokens(both.ids[:n], both.mask[:n]), Tokens(both.ids[n:], both.mask[n:])
 
 
 def _split(tokens: Tokens, count: int) -> Tokens:
     return Tokens(micro_batches(tokens.ids, count), micro_batches(tokens.mask, count))
+
+
+def critic_batch_from_rows(
+    tokenizer,
+    observations: Sequence[np.ndarray],
+    actions: Sequence[np.ndarray],
+    next_observations: Sequence[np.ndarray],
+    pi_actions: Sequence[np.ndarray],
+    rewards: Sequence[float],
+    terminals: Sequence[bool],
+    *,
+    micro_batch_count: int,
+    max_length: int = 512,
+) -> CriticBatch:
+    """Transitions and fresh policy actions ``a_π``, already in critic token rows, as a critic batch."""
+    obs, next_obs = pad_pair(tokenizer, observations, next_observations, max_length)
+    act, pi_act = pad_pair(tokenizer, actions, pi_actions, max_length)
+    n = micro_batch_count
+    return CriticBatch(
+        _split(obs, n),
+        _split(act, n),
+        _split(next_obs, n),
+        _split(pi_act, n),
+        micro_batches(np.asarray(rewards, np.float32), n),
+        micro_batches(np.asarray(terminals, np.float32), n),
+    )
 
 
 def critic_batch(
@@ -51,17 +86,11 @@ def critic_batch(
     micro_batch_count: int,
     max_length: int = 512,
 ) -> CriticBatch:
-    """Transitions and fresh policy actions ``a_π`` as a critic batch (critic tokenizer)."""
-    obs, next_obs = tokenize_pair(tokenizer, observations, next_observations, max_length)
-    act, pi_act = tokenize_pair(tokenizer, actions, pi_actions, max_length)
-    n = micro_batch_count
-    return CriticBatch(
-        _split(obs, n),
-        _split(act, n),
-        _split(next_obs, n),
-        _split(pi_act, n),
-        micro_batches(np.asarray(rewards, np.float32), n),
-        micro_batches(np.asarray(terminals, np.float32), n),
+    """Transitions and fresh policy actions ``a_π`` (texts) as a critic batch (critic tokenizer)."""
+    rows = functools.partial(token_rows, tokenizer, max_length=max_length)
+    return critic_batch_from_rows(
+        tokenizer, rows(observations), rows(actions), rows(next_observations), rows(pi_actions), rewards, terminals,
+        micro_batch_count=micro_batch_count, max_length=max_length,
     )
 
 
@@ -69,6 +98,27 @@ def right_padded(tokens: np.ndarray, lengths: np.ndarray, pad_id: int) -> Tokens
     """Sampled action ids (``[batch, max_new_tokens]``) with the mask of each row's length."""
     mask = (np.arange(tokens.shape[1])[None] < np.asarray(lengths)[:, None]).astype(np.int32)
     return Tokens(np.where(mask == 1, tokens, pad_id).astype(np.int32), mask)
+
+
+def actor_batch_from_rows(
+    observation: Tokens,
+    action: Tokens,
+    critic_tokenizer,
+    critic_observations: Sequence[np.ndarray],
+    critic_actions: Sequence[np.ndarray],
+    *,
+    micro_batch_count: int,
+    max_length: int = 512,
+) -> ActorBatch:
+    """Policy tokens of the observations (left-padded) and of ``a_π`` (right-padded, e.g. from
+    :func:`right_padded` on the sampler's output), plus both in critic token rows."""
+    n = micro_batch_count
+    return ActorBatch(
+        _split(observation, n),
+        _split(action, n),
+        _split(pad(critic_tokenizer, critic_observations, max_length), n),
+        _split(pad(critic_tokenizer, critic_actions, max_length), n),
+    )
 
 
 def actor_batch(
@@ -81,15 +131,35 @@ def actor_batch(
     micro_batch_count: int,
     max_length: int = 512,
 ) -> ActorBatch:
-    """Policy tokens of the observations (left-padded) and of ``a_π`` (right-padded, e.g. from
-    :func:`right_padded` on the sampler's output), plus both texts in critic tokens."""
-    n = micro_batch_count
-    return ActorBatch(
-        _split(observation, n),
-        _split(action, n),
-        _split(tokenize(critic_tokenizer, observations, max_length), n),
-        _split(tokenize(critic_tokenizer, action_texts, max_length), n),
+    """:func:`actor_batch_from_rows` with the observation and action texts for the critic."""
+    rows = functools.partial(token_rows, critic_tokenizer, max_length=max_length)
+    return actor_batch_from_rows(
+        observation, action, critic_tokenizer, rows(observations), rows(action_texts),
+        micro_batch_count=micro_batch_count, max_length=max_length,
     )
+
+
+def action_rows(tokenizer, actions: Sequence[str], *, stop_string: str = "\n", max_action_length: int = 64) -> list[np.ndarray]:
+    """Each action + ``stop_string`` in policy token rows, tokenized on its own (no special
+    tokens), as the sampler produces it after the observation."""
+    texts = [a + stop_string for a in actions]
+    return token_rows(tokenizer, texts, max_length=max_action_length, add_special_tokens=False)
+
+
+def bc_batch_from_rows(
+    tokenizer,
+    observations: Sequence[np.ndarray],
+    actions: Sequence[np.ndarray],
+    *,
+    micro_batch_count: int,
+    max_length: int = 512,
+    max_action_length: int = 64,
+) -> BCBatch:
+    """Observation rows (left-padded) and action rows (right-padded) in policy tokens."""
+    obs = pad(tokenizer, observations, max_length)
+    act = pad_rows(actions, tokenizer.pad_token_id, left=False, max_length=max_action_length)
+    n = micro_batch_count
+    return BCBatch(_split(obs, n), _split(Tokens(act.input_ids, act.attention_mask), n))
 
 
 def bc_batch(
@@ -102,20 +172,15 @@ def bc_batch(
     max_length: int = 512,
     max_action_length: int = 64,
 ) -> BCBatch:
-    """Observations (left-padded) and actions + ``stop_string`` (right-padded) in policy tokens.
-
-    Each action is tokenized on its own, as the sampler produces it after the observation.
-    """
-    obs = tokenize(tokenizer, observations, max_length)
-    act = encode(
+    """Observations (left-padded) and actions + ``stop_string`` (right-padded) in policy tokens."""
+    return bc_batch_from_rows(
         tokenizer,
-        [a + stop_string for a in actions],
-        max_length=max_action_length,
-        add_special_tokens=False,
-        padding_side="right",
+        token_rows(tokenizer, observations, max_length=max_length),
+        action_rows(tokenizer, actions, stop_string=stop_string, max_action_length=max_action_length),
+        micro_batch_count=micro_batch_count,
+        max_length=max_length,
+        max_action_length=max_action_length,
     )
-    n = micro_batch_count
-    return BCBatch(_split(obs, n), _split(Tokens(act.input_ids, act.attention_mask), n))
 
 
 def sampled_actor_batch(

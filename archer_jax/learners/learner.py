@@ -54,7 +54,7 @@ class Learner:
     def __init__(
         self,
         actor: Actor,
-        critic: DoubleCritic,
+        critic: DoubleCritic | None,
         config: LearnerConfig = LearnerConfig(),
         *,
         mesh: Mesh | None = None,
@@ -69,11 +69,10 @@ class Learner:
         self.mesh = mesh if mesh is not None else shd.single_device_mesh()
         self.rules = rules
         self.actor_graphdef, self._actor_params = train_state.split_params(actor)
-        self.critic_graphdef, self._critic_params = train_state.split_params(critic)
+        self.has_critic = critic is not None
         self.actor_tx = train_state.optimizer(config.lm_lr, config.max_grad_norm)
         self.critic_tx = train_state.optimizer(config.critic_lr, config.max_grad_norm)
         self.actor_shardings = self._shardings(self._actor_params, self.actor_tx, with_target=False)
-        self.critic_shardings = self._shardings(self._critic_params, self.critic_tx, with_target=True)
 
         tokens = Tokens(self.batch_sharding(3), self.batch_sharding(3))
         critic_batch = steps.CriticBatch(tokens, tokens, tokens, tokens, self.batch_sharding(2), self.batch_sharding(2))
@@ -81,18 +80,23 @@ class Learner:
         bc_batch = steps.BCBatch(tokens, tokens)
         replicated = shd.replicated(self.mesh)
         c = config
-        self._critic_step = jax.jit(
-            functools.partial(steps.critic_step, self.critic_graphdef, self.critic_tx, c.gamma, c.tau),
-            in_shardings=(self.critic_shardings, critic_batch),
-            out_shardings=(self.critic_shardings, replicated),
-            donate_argnums=(0,),
-        )
-        self._actor_step = jax.jit(
-            functools.partial(steps.actor_step, self.actor_graphdef, self.critic_graphdef, self.actor_tx, c.actor_loss),
-            in_shardings=(self.actor_shardings, self.critic_shardings.params, actor_batch),
-            out_shardings=(self.actor_shardings, replicated),
-            donate_argnums=(0,),
-        )
+        if critic is not None:  # filtered BC trains the actor alone
+            self.critic_graphdef, self._critic_params = train_state.split_params(critic)
+            self.critic_shardings = self._shardings(self._critic_params, self.critic_tx, with_target=True)
+            self._critic_step = jax.jit(
+                functools.partial(steps.critic_step, self.critic_graphdef, self.critic_tx, c.gamma, c.tau),
+                in_shardings=(self.critic_shardings, critic_batch),
+                out_shardings=(self.critic_shardings, replicated),
+                donate_argnums=(0,),
+            )
+            self._actor_step = jax.jit(
+                functools.partial(
+                    steps.actor_step, self.actor_graphdef, self.critic_graphdef, self.actor_tx, c.actor_loss
+                ),
+                in_shardings=(self.actor_shardings, self.critic_shardings.params, actor_batch),
+                out_shardings=(self.actor_shardings, replicated),
+                donate_argnums=(0,),
+            )
         self._bc_step = jax.jit(
             functools.partial(steps.bc_step, self.actor_graphdef, self.actor_tx),
             in_shardings=(self.actor_shardings, bc_batch),
@@ -110,17 +114,24 @@ class Learner:
 
     # ---- states -----------------------------------------------------------------------------
 
+    def _need_critic(self) -> None:
+        if not self.has_critic:
+            raise ValueError("this learner was built without a critic (critic=None)")
+
     def init_critic(self) -> TrainState:
         """The critic's state from the module's parameters: target = online, fresh Adam."""
+        self._need_critic()
         create = jax.jit(
             functools.partial(train_state.create, tx=self.critic_tx, with_target=True),
             out_shardings=self.critic_shardings,
         )
         return create(self._critic_params)
 
-    def init_actor(self) -> TrainState:
+    def init_actor(self, params: nnx.State | None = None) -> TrainState:
+        """The actor's state with fresh Adam, from the module's parameters or ``params`` (e.g. the
+        result of an SFT warm start)."""
         create = jax.jit(functools.partial(train_state.create, tx=self.actor_tx), out_shardings=self.actor_shardings)
-        return create(self._actor_params)
+        return create(self._actor_params if params is None else params)
 
     def policy_params(self, actor_state: TrainState) -> nnx.State:
         """The GPT-2 policy's parameters inside an actor state (e.g. for the sampler)."""
@@ -142,11 +153,13 @@ class Learner:
 
     def critic_step(self, state: TrainState, batch: steps.CriticBatch) -> tuple[TrainState, dict]:
         """One critic optimizer step (gradients averaged over the micro-batches) + Polyak."""
+        self._need_critic()
         self._check(batch)
         return self._critic_step(state, batch)
 
     def actor_step(self, state: TrainState, critic_params: nnx.State, batch: steps.ActorBatch) -> tuple[TrainState, dict]:
         """One actor step with the advantage of the online critic (``critic_params``, unchanged)."""
+        self._need_critic()
         self._check(batch)
         return self._actor_step(state, critic_params, batch)
 

@@ -84,17 +84,37 @@ def encode(
     """
     if padding_side not in (None, "left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
-    rows = tokenizer(
-        list(texts), truncation=True, max_length=max_length, add_special_tokens=add_special_tokens
-    )["input_ids"]
+    rows = token_rows(tokenizer, texts, max_length=max_length, add_special_tokens=add_special_tokens)
+    return pad_rows(rows, tokenizer.pad_token_id, left=(padding_side or tokenizer.padding_side) == "left",
+                    length=length, max_length=max_length, min_bucket=min_bucket)
+
+
+def token_rows(tokenizer, texts: Sequence[str], *, max_length: int, add_special_tokens: bool = True) -> list[np.ndarray]:
+    """Each text's token ids (int32, no padding), truncated from the left to ``max_length``."""
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings, got one string")
+    rows = tokenizer(list(texts), truncation=True, max_length=max_length, add_special_tokens=add_special_tokens)
+    return [np.asarray(r, np.int32) for r in rows["input_ids"]]
+
+
+def pad_rows(
+    rows: Sequence[Sequence[int]],
+    pad_id: int,
+    *,
+    left: bool,
+    max_length: int,
+    length: int | None = None,
+    min_bucket: int = 16,
+) -> Encoded:
+    """Token id rows (e.g. kept in a replay buffer) padded on the left or right with ``pad_id`` to
+    ``length``, or by default to :func:`bucket_length` of the longest row."""
     longest = max((len(r) for r in rows), default=0)
     if length is None:
         length = bucket_length(longest, max_length, min_bucket)
     elif length < longest:
         raise ValueError(f"length {length} is shorter than the longest encoded text ({longest} tokens)")
-    ids = np.full((len(rows), length), tokenizer.pad_token_id, np.int32)
+    ids = np.full((len(rows), length), pad_id, np.int32)
     mask = np.zeros((len(rows), length), np.int32)
-    left = (padding_side or tokenizer.padding_side) == "left"
     for i, row in enumerate(rows):
         span = slice(length - len(row), length) if left else slice(0, len(row))
         ids[i, span] = row

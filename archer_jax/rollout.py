@@ -1,0 +1,102 @@
+"""Rollouts: a batch of dialogues played in lockstep through an env pool by an acting function.
+
+    episodes = rollout.play(pool, act, seeds=range(32), max_turns=20)
+    rollout.summarize(episodes)   # {"return": ..., "success": ..., "length": ...}
+
+``act(observations, turn) -> actions`` is called once per turn with the observations of the
+dialogues still running (the sampler, CHAI, or a scripted expert behind it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from archer_jax.envs.pool import EnvPool
+
+Act = Callable[[list[str], int], Sequence[str]]
+
+
+@dataclasses.dataclass
+class Episode:
+    """One dialogue: its transitions and how it ended."""
+
+    observations: list[str] = dataclasses.field(default_factory=list)
+    actions: list[str] = dataclasses.field(default_factory=list)
+    rewards: list[float] = dataclasses.field(default_factory=list)
+    next_observations: list[str] = dataclasses.field(default_factory=list)
+    terminals: list[bool] = dataclasses.field(default_factory=list)  # a true end (not a time limit)
+    success: bool = False
+    truncated: bool = False  # ended by a turn limit, a worker restart, or max_turns here
+    invalid: int = 0  # actions the env answered as invalid
+
+    @property
+    def total_return(self) -> float:
+        return float(np.sum(self.rewards)) if self.rewards else 0.0
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+
+def play(
+    pool: EnvPool,
+    act: Act,
+    seeds: Sequence[int],
+    *,
+    max_turns: int,
+    progress: Callable[[int], None] | None = None,
+) -> list[Episode]:
+    """Plays one episode in each of the first ``len(seeds)`` envs of ``pool``.
+
+    Envs end their own episodes; any still running after ``max_turns`` turns is cut there as
+    truncated. ``progress(turn)`` is called after each turn.
+    """
+    n = len(seeds)
+    if n > pool.num_envs:
+        raise ValueError(f"{n} episodes need {n} envs; the pool has {pool.num_envs}")
+    observations = pool.reset([int(s) for s in seeds], indices=range(n))
+    episodes = [Episode() for _ in range(n)]
+    running = list(range(n))
+    for turn in range(max_turns):
+        if not running:
+            break
+        actions = list(act([observations[i] for i in running], turn))
+        if len(actions) != len(running):
+            raise ValueError(f"act returned {len(actions)} actions for {len(running)} observations")
+        step_actions: list[str | None] = [None] * pool.num_envs
+        for i, action in zip(running, actions):
+            step_actions[i] = action
+        results = pool.step(step_actions)
+        still = []
+        for i, action in zip(running, actions):
+            result, episode = results[i], episodes[i]
+            episode.observations.append(observations[i])
+            episode.actions.append(action)
+            episode.rewards.append(float(result.reward))
+            episode.next_observations.append(result.observation)
+            episode.terminals.append(bool(result.terminal))
+            episode.invalid += bool(result.info.invalid)
+            observations[i] = result.observation
+            if result.done:
+                episode.success, episode.truncated = bool(result.info.success), bool(result.info.truncated)
+            else:
+                still.append(i)
+        running = still
+        if progress is not None:
+            progress(turn + 1)
+    for i in running:
+        episodes[i].truncated = True
+    return episodes
+
+
+def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Mean return, success rate, length and invalid-action rate of ``episodes``."""
+    lengths = np.array([len(e) for e in episodes], np.float64)
+    return {
+        "return": float(np.mean([e.total_return for e in episodes])),
+        "success": float(np.mean([e.success for e in episodes])),
+        "length": float(lengths.mean()),
+        "invalid": float(sum(e.invalid for e in episodes) / max(lengths.sum(), 1)),
+    }

@@ -1,0 +1,216 @@
+r"""Trains an ArCHer, CHAI or filtered-BC agent: ``python -m archer_jax.train --config=... --workdir=...``.
+
+    python -m archer_jax.train --config=configs/20q.py:tiny --workdir=runs/20q_tiny
+    python -m archer_jax.train --config=configs/20q.py --workdir=runs/20q --config.critic_lr=2e-5
+
+The loop (ArCHer, Zhou et al. 2024, Algorithm 1, online):
+
+    optional SFT warm start on demonstrations; greedy eval ("before")
+    for iteration = 1 .. iterations:
+        roll out rollout_size dialogues with the policy (env worker pool + jitted sampler)
+        add their transitions to the replay buffer
+        epochs x: critic step on a uniform batch, V-target from a fresh a_pi ~ pi(.|s); Polyak
+        after warmup_iter, actor_epochs x: policy-gradient step with A = min Q(s, a_pi) - min V(s)
+        every eval_freq: greedy eval; every save_freq: checkpoint
+    summary.json, learning_curve.png
+
+A workdir that already holds a checkpoint is resumed from its latest complete one, exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+from absl import app, flags
+from ml_collections import config_flags
+
+from archer_jax import report, rollout, sft
+from archer_jax.checkpoint import Checkpoints
+from archer_jax.config import ConfigError, validate
+from archer_jax.envs.base import EnvError
+from archer_jax.models.hub import ModelLoadError
+from archer_jax.trainer import States, Trainer, TrainingError, timed
+
+log = logging.getLogger("archer_jax")
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, summary.json and the plot.")
+
+
+def _eval_metrics(episodes) -> dict[str, float]:
+    return {f"eval/{k}": v for k, v in rollout.summarize(episodes).items()}
+
+
+def _record_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
+    """Writes ``config.json``; on resume, logs the keys that changed since the run began."""
+    path = workdir / "config.json"
+    current = json.loads(config.to_json_best_effort())
+    if path.is_file():
+        before = json.loads(path.read_text())
+        changed = sorted(k for k in set(before) | set(current) if before.get(k) != current.get(k))
+        if changed:
+            log.warning("resuming with changed config keys: %s", ", ".join(changed))
+    path.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
+
+
+def warm_start(trainer: Trainer, states: States, writers: report.Writers) -> tuple[States, dict[str, Any]]:
+    """SFT on the demonstrations of ``config.sft_data``; the actor's Adam starts fresh after it."""
+    from tqdm.auto import tqdm
+
+    c = trainer.config
+    observations, actions = sft.demonstrations(c)
+    learner = trainer.sft_learner()
+    start = time.perf_counter()
+    with tqdm(total=c.sft_steps, desc="SFT", unit="step", leave=False, disable=None) as bar:
+
+        def progress(step: int, metrics: dict) -> None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{metrics['loss']:.3f}")
+
+        actor, history = sft.train(
+            learner, learner.init_actor(), trainer.policy_tokenizer, observations, actions,
+            steps=c.sft_steps, batch_size=c.sft_batch_size, seed=c.seed, max_length=trainer.max_prompt_length,
+            max_action_length=c.max_new_tokens, progress=progress,
+        )
+    skipped = sum(m["nonfinite"] for m in history)
+    if skipped == len(history):
+        raise TrainingError(f"SFT: all {skipped} steps had a non-finite loss or gradient")
+    for step in range(0, len(history), max(1, len(history) // 20)):
+        writers.scalars(step - len(history), {f"sft/{k}": v for k, v in history[step].items()})
+    info = dict(
+        pairs=len(observations), steps=c.sft_steps, first_loss=history[0]["loss"], last_loss=history[-1]["loss"],
+        skipped=skipped, seconds=time.perf_counter() - start,
+    )
+    log.info("SFT: %d steps on %d pairs (%s), loss %.3f -> %.3f, %.1f s", c.sft_steps, len(observations),
+             c.sft_data, info["first_loss"], info["last_loss"], info["seconds"])
+    return States(trainer.learner.init_actor(actor.params), states.critic), info
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict[str, Any]:
+    """Trains (or resumes) the run in ``workdir``; returns the summary written to summary.json."""
+    validate(config)
+    workdir = Path(workdir).expanduser()
+    workdir.mkdir(parents=True, exist_ok=True)
+    _record_config(config, workdir)
+    c = config
+    started = time.time()
+    trainer = Trainer(c, workdir)
+    checkpoints = Checkpoints(workdir / "checkpoints", keep=c.keep_checkpoints)
+    writers = report.Writers(workdir, use_wandb=c.use_wandb, wandb_project=c.wandb_project, config=c.to_dict())
+    try:
+        states = trainer.init_states()
+        latest = checkpoints.latest()
+        if latest is None:
+            replay = trainer.new_replay()
+            loop: dict[str, Any] = dict(iteration=0, env_samples=0, episodes=0, history=[], evals=[], sft=None,
+                                        seed=c.seed, rng=jax.random.key_data(trainer.key).tolist(), wall_time_s=0.0)
+            writers.hparams(c.to_dict())
+            if c.sft_steps:
+                states, loop["sft"] = warm_start(trainer, states, writers)
+            before = _eval_metrics(trainer.evaluate(states))
+            loop["evals"].append(dict(iteration=0, env_samples=0, **before))
+            writers.scalars(0, before)
+            log.info("before training: eval return %.3f, success %.2f", before["eval/return"], before["eval/success"])
+            loop["wall_time_s"] = time.time() - started
+            checkpoints.save(0, actor=states.actor, critic=states.critic, replay=replay, loop=loop)
+        else:
+            actor, critic, replay, loop = checkpoints.restore(latest, actor=states.actor, critic=states.critic)
+            states = States(actor, critic)
+            log.info("resumed from %s at iteration %d (%d env samples)", checkpoints.directory / str(latest),
+                     loop["iteration"], loop["env_samples"])
+        resumed_at, session_start = loop["iteration"], time.time() - loop["wall_time_s"]
+
+        for iteration in range(loop["iteration"] + 1, c.iterations + 1):
+            t0 = time.perf_counter()
+            episodes, t_rollout = timed(trainer.collect, states, iteration)
+            loop["env_samples"] += trainer.store(replay, episodes, loop["episodes"])
+            loop["episodes"] += len(episodes)
+            t_critic = t_actor = 0.0
+            if c.agent in ("archer", "chai"):
+                states, t_critic = timed(trainer.critic_epochs, states, replay, iteration)
+            if c.agent == "archer" and iteration > c.warmup_iter:
+                states, t_actor = timed(trainer.actor_epochs, states, replay, iteration)
+            if c.agent == "filtered_bc":
+                states, t_actor = timed(trainer.filtered_bc_epochs, states, replay)
+
+            metrics = {f"rollout/{k}": v for k, v in rollout.summarize(episodes).items()}
+            metrics.update(trainer.watchdog.means())
+            metrics.update(env_samples=loop["env_samples"], episodes=loop["episodes"], replay_size=len(replay))
+            if (c.eval_freq and iteration % c.eval_freq == 0) or iteration == c.iterations:
+                evaluation, t_eval = timed(trainer.evaluate, states)
+                metrics.update(_eval_metrics(evaluation), **{"time/eval": t_eval})
+                loop["evals"].append(dict(iteration=iteration, env_samples=loop["env_samples"], **_eval_metrics(evaluation)))
+            metrics.update({"time/rollout": t_rollout, "time/critic": t_critic, "time/actor": t_actor,
+                            "time/iteration": time.perf_counter() - t0})
+            loop["history"].append(dict(iteration=iteration, **metrics))
+            loop["iteration"] = iteration
+            writers.scalars(iteration, metrics)
+            log.info("%s", report.console_line(iteration, c.iterations, metrics))
+            if iteration % c.save_freq == 0 or iteration == c.iterations:
+                loop["wall_time_s"] = time.time() - session_start
+                checkpoints.save(iteration, actor=states.actor, critic=states.critic, replay=replay, loop=loop)
+    except TrainingError as e:
+        latest = checkpoints.latest()
+        kept = f"the last checkpoint (step {latest}) is intact" if latest is not None else "no checkpoint was written"
+        raise TrainingError(f"stopped at iteration {loop['iteration'] + 1}: {e}; {kept}") from None
+    finally:
+        trainer.close()
+        writers.close()
+
+    summary = _finish(c, workdir, loop, resumed_at)
+    return summary
+
+
+def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: dict[str, Any], resumed_at: int) -> dict[str, Any]:
+    """summary.json, learning_curve.png and history.jsonl from the loop state."""
+    evals = loop["evals"]
+    summary = dict(
+        config=json.loads(c.to_json_best_effort()),
+        agent=c.agent,
+        env=c.env,
+        iterations=loop["iteration"],
+        env_samples=loop["env_samples"],
+        episodes=loop["episodes"],
+        eval_return_before=evals[0]["eval/return"],
+        eval_success_before=evals[0]["eval/success"],
+        eval_return_after=evals[-1]["eval/return"],
+        eval_success_after=evals[-1]["eval/success"],
+        evals=evals,
+        sft=loop["sft"],
+        wall_time_s=loop["wall_time_s"],
+        resumed_at_iteration=resumed_at or None,
+    )
+    report.write_summary(workdir, summary)
+    report.plot_learning_curve(workdir, evals, f"{c.agent} on {c.env}")
+    with (workdir / report.HISTORY).open("w") as f:
+        for row in loop["history"]:
+            f.write(json.dumps(row) + "\n")
+    log.info("eval return %.3f -> %.3f (success %.2f -> %.2f); wrote %s and %s", summary["eval_return_before"],
+             summary["eval_return_after"], summary["eval_success_before"], summary["eval_success_after"],
+             workdir / report.SUMMARY, workdir / report.CURVE)
+    return summary
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if _WORKDIR.value is None:
+        sys.exit("error: --workdir is required (checkpoints, metrics and summary.json go there)")
+    logging.getLogger("archer_jax").setLevel(logging.INFO)
+    logging.getLogger("absl").setLevel(logging.WARNING)  # orbax and clu log every file they write
+    try:
+        train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    except (ConfigError, ModelLoadError, TrainingError, EnvError) as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("config")
+    app.run(main)
