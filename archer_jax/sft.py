@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -25,7 +24,19 @@ from archer_jax.learners.learner import Learner
 from archer_jax.learners.train_state import TrainState
 from archer_jax.models.tokenizer import token_rows
 
-log = logging.getLogger(__name__)
+def _play(env, observation: str, choose: Callable[[str], str | None], turns: int, pairs: tuple[list, list]) -> None:
+    """Plays one episode from ``observation``, ``choose`` picking each action (None: stop),
+    appending each (observation, action) to ``pairs``."""
+    for _ in range(turns):
+        action = choose(observation)
+        if action is None:
+            return
+        pairs[0].append(observation)
+        pairs[1].append(action)
+        result = env.step(action)
+        observation = result.observation
+        if result.done:
+            return
 
 
 def _expert_dialogues(config) -> tuple[list[str], list[str]]:
@@ -33,35 +44,21 @@ def _expert_dialogues(config) -> tuple[list[str], list[str]]:
     kinds = [k.strip() for k in config.sft_experts.split(",")]
     experts = [registry.expert(config, kind, seed=config.seed * 1000 + i) for i, kind in enumerate(kinds)]
     rng = np.random.default_rng([config.seed, 7])
-    observations, actions = [], []
+    pairs: tuple[list[str], list[str]] = ([], [])
     for d in range(config.sft_dialogues):
-        expert = experts[d % len(experts)]
         observation = env.reset(int(rng.integers(2**31)))
-        for _ in range(config.max_turns):
-            action = expert.act(observation)
-            observations.append(observation)
-            actions.append(action)
-            result = env.step(action)
-            observation = result.observation
-            if result.done:
-                break
-    return observations, actions
+        _play(env, observation, experts[d % len(experts)].act, config.max_turns, pairs)
+    return pairs
 
 
 def _walkthrough(config) -> tuple[list[str], list[str]]:
     env = registry.env_factory(config)()
     if not hasattr(env, "get_walkthrough"):
         raise ValueError(f"config.sft_data: env {config.env!r} has no walkthrough")
-    observation = env.reset(config.seed)
-    observations, actions = [], []
-    for action in env.get_walkthrough()[: config.max_turns]:
-        observations.append(observation)
-        actions.append(action)
-        result = env.step(action)
-        observation = result.observation
-        if result.done:
-            break
-    return observations, actions
+    steps = iter(env.get_walkthrough())
+    pairs: tuple[list[str], list[str]] = ([], [])
+    _play(env, env.reset(config.seed), lambda _: next(steps, None), config.max_turns, pairs)
+    return pairs
 
 
 def _jsonl(path: Path) -> tuple[list[str], list[str]]:

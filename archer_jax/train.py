@@ -206,11 +206,36 @@ def main(argv: list[str]) -> None:
     logging.getLogger("archer_jax").setLevel(logging.INFO)
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax and clu log every file they write
     try:
-        train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+        config = _CONFIG.value
+        config.keys()  # a config file that failed to load raises here
+    except OSError as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        sys.exit(f"error: --config: {lines[-1]}")
+    try:
+        train_and_evaluate(config, _WORKDIR.value)
     except (ConfigError, ModelLoadError, TrainingError, EnvError) as e:
         sys.exit(f"error: {e}")
 
 
-if __name__ == "__main__":
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing with one-line errors: a bad value or an unknown ``--config.x`` key."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:  # a bad value; a config file's own error comes with its traceback: keep its last line
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        head = lines[0].split(": Error whilst parsing")[0]
+        sys.exit(f"error: {head}" + (f": {lines[-1]}" if len(lines) > 1 else ""))
+    except (AttributeError, KeyError) as e:  # ml_collections: an override of a key the config lacks
+        name = str(e).strip("\"'")
+        given = next((a.split("=")[0] for a in argv if a.startswith("--config.") and name in a), name)
+        sys.exit(f"error: {given}: unknown config key (every key is listed in archer_jax/config.py)")
+
+
+def run() -> None:
+    """The console entry point."""
     flags.mark_flag_as_required("config")
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
+
+
+if __name__ == "__main__":
+    run()

@@ -284,3 +284,19 @@ def test_sharded_over_a_mesh_gives_the_same_samples(policy, sampler):
         assert one.texts == many.texts
     state = sharded.generate_tokens(many.prompt.input_ids, many.prompt.attention_mask, jax.random.key(0))
     assert state.tokens.shape[0] % 4 == 0 and len(state.tokens.sharding.device_set) == 8
+
+
+def test_generate_rows_equals_generate_on_the_texts(policy, sampler):
+    """Prompts kept as token id rows (the replay buffer's) sample exactly what their texts do."""
+    _, _, tokenizer = policy
+    prompts = ["Questions:\n", "Questions:\nIs it alive? Yes.\nIs it an animal? No.\n", "Is it"]
+    params = SamplingParams(max_new_tokens=6, temperature=0.9, top_k=40)
+    key = jax.random.key(5)
+    from_texts = sampler.generate(prompts, key, params)
+    rows = [np.asarray(tokenizer(p)["input_ids"], np.int32) for p in prompts]
+    from_rows = sampler.generate_rows(rows, key, params)
+    assert from_rows.texts == from_texts.texts
+    np.testing.assert_array_equal(from_rows.tokens, from_texts.tokens)
+    np.testing.assert_array_equal(from_rows.prompt.input_ids, from_texts.prompt.input_ids)
+    with pytest.raises(ValueError, match="rows is empty"):
+        sampler.generate_rows([], key, params)

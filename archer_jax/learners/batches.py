@@ -141,9 +141,11 @@ def actor_batch(
 
 def action_rows(tokenizer, actions: Sequence[str], *, stop_string: str = "\n", max_action_length: int = 64) -> list[np.ndarray]:
     """Each action + ``stop_string`` in policy token rows, tokenized on its own (no special
-    tokens), as the sampler produces it after the observation."""
+    tokens), as the sampler produces it after the observation. An action longer than
+    ``max_action_length`` tokens keeps its beginning (what the sampler would have produced)."""
     texts = [a + stop_string for a in actions]
-    return token_rows(tokenizer, texts, max_length=max_action_length, add_special_tokens=False)
+    rows = token_rows(tokenizer, texts, max_length=1 << 30, add_special_tokens=False)
+    return [r[:max_action_length] for r in rows]
 
 
 def bc_batch_from_rows(

@@ -1,0 +1,54 @@
+"""Rollouts through the env pool: transitions, endings, the max_turns cut, summaries."""
+
+import functools
+
+import numpy as np
+import pytest
+
+from archer_jax import rollout
+from archer_jax.envs.experts import expert
+from archer_jax.envs.pool import EnvPool
+from archer_jax.envs.twenty_questions import SUBSET, TwentyQuestionsSubset
+
+
+def test_optimal_expert_episodes_are_recorded_turn_by_turn():
+    player = expert("optimal", universe=SUBSET)
+    with EnvPool(functools.partial(TwentyQuestionsSubset), num_envs=6) as pool:
+        episodes = rollout.play(pool, lambda obs, turn: [player.act(o) for o in obs], seeds=range(5), max_turns=20)
+    assert len(episodes) == 5
+    for e in episodes:
+        assert e.success and not e.truncated and e.terminals[-1] and not any(e.terminals[:-1])
+        # The reward is -1 per turn and 0 on the winning one; each next observation is the next
+        # turn's observation and extends it by one line.
+        assert e.rewards == [-1.0] * (len(e) - 1) + [0.0] and e.total_return == -(len(e) - 1)
+        assert e.observations[0] == "Questions:\n"
+        assert e.observations[1:] == e.next_observations[:-1]
+        for obs, act, nxt in zip(e.observations, e.actions, e.next_observations):
+            assert nxt.startswith(obs + act + " ")
+    summary = rollout.summarize(episodes)
+    assert summary["success"] == 1.0 and summary["invalid"] == 0.0
+    assert summary["return"] == pytest.approx(np.mean([e.total_return for e in episodes]))
+    assert summary["length"] == pytest.approx(np.mean([len(e) for e in episodes]))
+
+
+def test_episodes_still_running_after_max_turns_are_cut_as_truncated():
+    calls = []
+
+    def stubborn(obs, turn):
+        calls.append(len(obs))
+        return ["Is it alive?"] * len(obs)  # never guesses
+
+    with EnvPool(functools.partial(TwentyQuestionsSubset), num_envs=3) as pool:
+        episodes = rollout.play(pool, stubborn, seeds=[1, 2, 3], max_turns=4)
+    assert calls == [3, 3, 3, 3]
+    for e in episodes:
+        assert len(e) == 4 and e.truncated and not e.success and not any(e.terminals)
+        assert e.total_return == -4.0
+
+
+def test_bad_act_and_too_many_episodes_fail_clearly():
+    with EnvPool(functools.partial(TwentyQuestionsSubset), num_envs=2) as pool:
+        with pytest.raises(ValueError, match="3 episodes need 3 envs; the pool has 2"):
+            rollout.play(pool, lambda obs, t: obs, seeds=[0, 1, 2], max_turns=3)
+        with pytest.raises(ValueError, match="act returned 1 actions for 2 observations"):
+            rollout.play(pool, lambda obs, t: ["x"], seeds=[0, 1], max_turns=3)

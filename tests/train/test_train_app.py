@@ -1,0 +1,276 @@
+"""The training app end to end on the ``micro`` preset: a run, exact resume after ``kill -9``, a
+kill in the middle of writing a checkpoint, non-finite losses, and one-line errors.
+
+Runs happen in this process (``train_and_evaluate``) or, where a process must be killed, in a
+subprocess with the same environment (8 host devices, offline), so both see the same mesh.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from archer_jax import config as config_lib
+from archer_jax.checkpoint import Checkpoints
+from archer_jax.envs import registry
+from archer_jax.envs.base import StepResult
+from archer_jax.envs.twenty_questions import TwentyQuestionsSubset
+from archer_jax.train import train_and_evaluate
+from archer_jax.trainer import Trainer, TrainingError
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "configs" / "20q.py"
+
+
+def micro(**overrides):
+    spec = importlib.util.spec_from_file_location("config_20q", CONFIG)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config("micro")
+    for key, value in overrides.items():
+        setattr(c, key, value)
+    return c
+
+
+def cli(workdir: Path, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "archer_jax.train", f"--config={CONFIG}:micro", f"--workdir={workdir}", *flags]
+
+
+def restored(workdir: Path, c, step: int | None = None):
+    """(actor, critic, replay, loop) of a run's checkpoint (default: the latest)."""
+    trainer = Trainer(c, workdir)
+    try:
+        checkpoints = Checkpoints(workdir / "checkpoints")
+        step = checkpoints.latest() if step is None else step
+        states = trainer.init_states()
+        return checkpoints.restore(step, actor=states.actor, critic=states.critic)
+    finally:
+        trainer.close()
+
+
+def without_time(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in history]
+
+
+def assert_same_tree(a, b) -> None:
+    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(leaves_a) == len(leaves_b)
+    for x, y in zip(leaves_a, leaves_b):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+# ---- one run, start to finish -------------------------------------------------------------
+
+
+def test_micro_run_trains_checkpoints_and_reports(tmp_path):
+    c = micro()
+    summary = train_and_evaluate(c, tmp_path)
+    assert summary["iterations"] == 2 and summary["env_samples"] > 0
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    for key in ("config", "iterations", "env_samples", "eval_return_before", "eval_return_after", "wall_time_s"):
+        assert key in on_disk
+    assert on_disk["config"]["agent"] == "archer" and on_disk["sft"]["steps"] == c.sft_steps
+    assert (tmp_path / "learning_curve.png").stat().st_size > 1000
+    assert list(tmp_path.glob("events.out.tfevents.*")), "no TensorBoard event file"
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [h["iteration"] for h in history] == [1, 2]
+    # Iteration 1 is warm-up (critic only); iteration 2 also steps the actor.
+    assert "critic/loss" in history[0] and "actor/loss" not in history[0] and "actor/loss" in history[1]
+    assert history[1]["env_samples"] == summary["env_samples"]
+    assert all(math.isfinite(h["critic/loss"]) for h in history)
+    assert Checkpoints(tmp_path / "checkpoints").latest() == 2
+
+    # The checkpoint holds what the run trained: the actor moved away from the SFT result and the
+    # critic's target moved toward the critic (Polyak), and the replay buffer holds every sample.
+    actor, critic, replay, loop = restored(tmp_path, c)
+    assert int(critic.step) == c.epochs * 2 and int(actor.step) == c.actor_epochs * 1
+    assert len(replay) == summary["env_samples"] and loop["iteration"] == 2
+
+    # Starting again on a finished workdir resumes at the end: nothing is trained twice.
+    again = train_and_evaluate(c, tmp_path)
+    assert again["iterations"] == 2 and again["env_samples"] == summary["env_samples"]
+
+
+# ---- exact resume -------------------------------------------------------------------------
+
+
+def _wait_for(predicate, process: subprocess.Popen, timeout: float = 240.0, poll: float = 0.002) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended (rc {process.returncode}) before the awaited moment")
+        if time.time() > deadline:
+            process.kill()
+            raise AssertionError("timed out waiting for the run")
+        time.sleep(poll)
+
+
+def _complete_steps(workdir: Path) -> set[int]:
+    directory = workdir / "checkpoints"
+    if not directory.is_dir():
+        return set()
+    return {int(p.name) for p in directory.iterdir() if p.name.isdigit() and (p / "commit_success.txt").exists()}
+
+
+def _partial_steps(workdir: Path) -> list[Path]:
+    directory = workdir / "checkpoints"
+    return [p for p in directory.iterdir() if "tmp" in p.name] if directory.is_dir() else []
+
+
+FOUR = dict(iterations=4, save_freq=2, eval_freq=2)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """Four iterations without interruption: the reference for the resumed runs."""
+    workdir = tmp_path_factory.mktemp("straight")
+    c = micro(**FOUR)
+    train_and_evaluate(c, workdir)
+    return workdir, restored(workdir, c)
+
+
+def _assert_same_run(reference, workdir: Path) -> None:
+    ref_actor, ref_critic, ref_replay, ref_loop = reference
+    actor, critic, replay, loop = restored(workdir, micro(**FOUR))
+    assert loop["iteration"] == ref_loop["iteration"] == 4
+    assert_same_tree(actor.params, ref_actor.params)
+    assert_same_tree(actor.opt_state, ref_actor.opt_state)
+    assert_same_tree(critic.params, ref_critic.params)
+    assert_same_tree(critic.target, ref_critic.target)
+    assert without_time(loop["history"]) == without_time(ref_loop["history"])
+    assert loop["evals"] == ref_loop["evals"]
+    assert replay.rng.bit_generator.state == ref_replay.rng.bit_generator.state
+    assert replay.columns["action"][: len(replay)] == ref_replay.columns["action"][: len(ref_replay)]
+
+
+def test_kill_9_after_a_checkpoint_then_resume_is_exact(straight, tmp_path):
+    reference_dir, reference = straight
+    process = subprocess.Popen(cli(tmp_path, "--config.iterations=4", "--config.save_freq=2", "--config.eval_freq=2"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(lambda: 2 in _complete_steps(tmp_path), process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert 4 not in _complete_steps(tmp_path)
+
+    summary = train_and_evaluate(micro(**FOUR), tmp_path)
+    assert summary["resumed_at_iteration"] == 2
+    _assert_same_run(reference, tmp_path)
+
+
+def test_kill_while_writing_a_checkpoint_resumes_from_the_previous_one(straight, tmp_path):
+    _, reference = straight
+    process = subprocess.Popen(cli(tmp_path, "--config.iterations=4", "--config.save_freq=1", "--config.eval_freq=2"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Freeze the process the moment a checkpoint directory is being written (after step 1 is
+    # complete), check it is still unfinished, then kill it.
+    while True:
+        _wait_for(lambda: 1 in _complete_steps(tmp_path) and _partial_steps(tmp_path), process)
+        process.send_signal(signal.SIGSTOP)
+        partial = _partial_steps(tmp_path)
+        if partial:
+            break
+        process.send_signal(signal.SIGCONT)  # it finished between the two looks: wait for the next
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    complete = _complete_steps(tmp_path)
+    assert complete and all(p.exists() for p in partial)
+
+    summary = train_and_evaluate(micro(**FOUR), tmp_path)
+    assert summary["resumed_at_iteration"] == max(complete)
+    assert not _partial_steps(tmp_path)
+    _assert_same_run(reference, tmp_path)
+
+
+# ---- non-finite losses --------------------------------------------------------------------
+
+
+class NanRewardGame(TwentyQuestionsSubset):
+    """Twenty Questions whose rewards are NaN: every critic loss is non-finite."""
+
+    def step(self, action: str) -> StepResult:
+        result = super().step(action)
+        return result._replace(reward=float("nan"))
+
+
+def test_non_finite_losses_are_skipped_counted_and_stop_the_run(tmp_path, monkeypatch):
+    monkeypatch.setitem(registry.ENVS, "nan_game", registry.EnvSpec(lambda c: functools.partial(NanRewardGame)))
+    # 2 critic steps per iteration; the 4th consecutive skipped step stops the run (iteration 2).
+    c = micro(env="nan_game", sft_steps=0, iterations=4, save_freq=1, max_nonfinite_steps=4)
+    with pytest.raises(TrainingError, match=r"stopped at iteration 2: 4 consecutive critic steps .* checkpoint \(step 1\) is intact"):
+        train_and_evaluate(c, tmp_path)
+    assert _complete_steps(tmp_path) == {0, 1}
+
+    # Iteration 1's two steps were skipped and counted; the critic never moved.
+    actor0, critic0, _, _ = restored(tmp_path, c, step=0)
+    actor1, critic1, _, loop = restored(tmp_path, c, step=1)
+    assert loop["history"][0]["critic/nonfinite"] == 2 and int(critic1.skipped) == 2 and int(critic1.step) == 0
+    assert_same_tree(critic1.params, critic0.params)
+    assert_same_tree(critic1.target, critic0.target)
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(critic1.params))
+
+
+# ---- errors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(agent="ppo"), "config.agent: unknown value 'ppo'"),
+        (dict(env="chess"), "config.env: unknown env 'chess'"),
+        (dict(policy="/no/such/model"), "config.policy: model directory /no/such/model does not exist"),
+        (dict(critic="./missing_roberta"), "config.critic: model directory ./missing_roberta does not exist"),
+        (dict(critic="tiny:gpt2"), "config.critic: 'tiny:gpt2' is not a tiny model for this role"),
+        (dict(critic_lr=-1.0), r"config.critic_lr: must be > 0"),
+        (dict(gamma=1.5), r"config.gamma: must be in \[0, 1\]"),
+        (dict(sft_experts="optimal,lazy"), "config.sft_experts: unknown expert 'lazy'"),
+        (dict(sft_data="/no/such/file.jsonl"), "config.sft_data: '/no/such/file.jsonl' is not"),
+        (dict(env="detective"), "config.env_options.game_path: missing"),
+    ],
+)
+def test_bad_configs_fail_before_anything_is_built(overrides, message, tmp_path):
+    c = micro(**overrides)
+    with pytest.raises(config_lib.ConfigError, match=message):
+        train_and_evaluate(c, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_keys_and_wrong_types_in_a_config_object():
+    c = micro()
+    c.unlock()
+    c.learning_rate = 0.1
+    with pytest.raises(config_lib.ConfigError, match="config.learning_rate: unknown config key"):
+        config_lib.validate(c)
+    # ConfigDict itself refuses a wrong type on assignment; a config built from a dict is checked here.
+    c = ml_collections.ConfigDict({**micro().to_dict(), "epochs": "ten"})
+    with pytest.raises(config_lib.ConfigError, match="config.epochs: expected int, got str 'ten'"):
+        config_lib.validate(c)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--config.learning_rate=0.1"], "error: --config.learning_rate: unknown config key"),
+        (["--config.epochs=ten"], "error: flag --config.epochs=ten: invalid literal for int()"),
+        (["--config.env=chess"], "error: config.env: unknown env 'chess'"),
+    ],
+)
+def test_command_line_errors_are_one_line(flags, message, tmp_path):
+    run = subprocess.run(cli(tmp_path / "run", *flags), capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert run.returncode != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(message), run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
