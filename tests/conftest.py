@@ -12,3 +12,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # this when it starts its CPU backend: it must be set before the first computation.
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+
+# One persistent compilation cache for the whole session, this process and the training runs it
+# starts as subprocesses: the training-app tests run the same programs several times.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="archer_jax_test_jit_cache_")
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"

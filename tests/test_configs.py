@@ -32,3 +32,29 @@ def test_tiny_preset_needs_no_download_and_unknown_presets_fail():
     assert set(tiny.keys()) == set(module.get_config().keys())  # presets change values, never keys
     with pytest.raises(ValueError, match="unknown preset 'big'"):
         module.get_config("big")
+
+
+@pytest.mark.parametrize("name", ["20q.py", "20q_subset.py", "city.py", "detective.py", "webshop.py"])
+def test_every_config_file_has_exactly_the_base_keys_and_validates(name, tmp_path):
+    from archer_jax import config as config_lib
+
+    c = load(name).get_config()
+    assert sorted(c.keys()) == sorted(config_lib.base_config().keys())
+    if name == "detective.py":  # needs the game file, which is not shipped
+        with pytest.raises(config_lib.ConfigError, match="config.env_options.game_path: missing"):
+            config_lib.validate(c)
+        game = tmp_path / "detective.z5"
+        game.write_bytes(b"\0")
+        c.env_options.game_path = str(game)
+    config_lib.validate(c)
+    with pytest.raises(ValueError, match="unknown preset"):
+        load(name).get_config("nope")
+
+
+def test_env_specific_settings_follow_the_official_code():
+    assert (load("city.py").get_config().lm_lr, load("city.py").get_config().warmup_iter) == (1e-5, 10)
+    detective = load("detective.py").get_config()
+    assert (detective.env, detective.max_turns, detective.warmup_iter, detective.lm_lr) == ("detective", 50, 10, 1e-5)
+    webshop = load("webshop.py").get_config()
+    assert (webshop.env, webshop.max_turns, webshop.rollout_size) == ("webshop", 10, 512)
+    assert load("20q_subset.py").get_config().env == "twenty_questions_subset"
