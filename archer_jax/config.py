@@ -85,6 +85,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.sft_data = "experts"  # experts | walkthrough (detective) | path to a .jsonl of {observation, action}
     c.sft_dialogues = 512  # expert dialogues played for the SFT data
     c.sft_experts = "optimal"  # comma-separated kinds from archer_jax.envs.experts.EXPERTS
+    # Seed of the SFT data and batch order: the warm start is the same for every run seed, as the
+    # paper's runs all start from one SFT checkpoint.
+    c.sft_seed = 0
 
     # Bookkeeping.
     c.eval_freq = 25  # iterations between greedy evaluations (0 = only before and at the end)

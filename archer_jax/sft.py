@@ -42,8 +42,8 @@ def _play(env, observation: str, choose: Callable[[str], str | None], turns: int
 def _expert_dialogues(config) -> tuple[list[str], list[str]]:
     env = registry.env_factory(config)()
     kinds = [k.strip() for k in config.sft_experts.split(",")]
-    experts = [registry.expert(config, kind, seed=config.seed * 1000 + i) for i, kind in enumerate(kinds)]
-    rng = np.random.default_rng([config.seed, 7])
+    experts = [registry.expert(config, kind, seed=config.sft_seed * 1000 + i) for i, kind in enumerate(kinds)]
+    rng = np.random.default_rng([config.sft_seed, 7])
     pairs: tuple[list[str], list[str]] = ([], [])
     for d in range(config.sft_dialogues):
         observation = env.reset(int(rng.integers(2**31)))
@@ -57,7 +57,7 @@ def _walkthrough(config) -> tuple[list[str], list[str]]:
         raise ValueError(f"config.sft_data: env {config.env!r} has no walkthrough")
     steps = iter(env.get_walkthrough())
     pairs: tuple[list[str], list[str]] = ([], [])
-    _play(env, env.reset(config.seed), lambda _: next(steps, None), config.max_turns, pairs)
+    _play(env, env.reset(config.sft_seed), lambda _: next(steps, None), config.max_turns, pairs)
     return pairs
 
 

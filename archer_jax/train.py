@@ -76,7 +76,7 @@ def warm_start(trainer: Trainer, states: States, writers: report.Writers) -> tup
 
         actor, history = sft.train(
             learner, learner.init_actor(), trainer.policy_tokenizer, observations, actions,
-            steps=c.sft_steps, batch_size=c.sft_batch_size, seed=c.seed, max_length=trainer.max_prompt_length,
+            steps=c.sft_steps, batch_size=c.sft_batch_size, seed=c.sft_seed, max_length=trainer.max_prompt_length,
             max_action_length=c.max_new_tokens, progress=progress,
         )
     skipped = sum(m["nonfinite"] for m in history)

@@ -201,9 +201,9 @@ class Trainer:
         return self._play(act, seeds, f"rollouts {iteration}")
 
     def evaluate(self, states: States) -> list[rollout.Episode]:
-        """``eval_size`` dialogues on fixed seeds, greedy (CHAI: its choice among samples)."""
-        c = self.config
-        seeds = [EVAL_SEED + c.seed * 10_000 + i for i in range(c.eval_size)]
+        """``eval_size`` dialogues, greedy (CHAI: its choice among samples), on the same games in
+        every evaluation and for every run seed."""
+        seeds = [EVAL_SEED + i for i in range(self.config.eval_size)]
         act = self._act(states, self._key(EVAL), self.greedy_params)
         return self._play(act, seeds, "eval")
 

@@ -104,6 +104,23 @@ def test_micro_run_trains_checkpoints_and_reports(tmp_path):
     assert again["iterations"] == 2 and again["env_samples"] == summary["env_samples"]
 
 
+def test_chai_trains_the_critic_only_and_filtered_bc_the_policy_only(tmp_path):
+    chai = micro(agent="chai", chai_samples=2, iterations=1, sft_steps=0)
+    train_and_evaluate(chai, tmp_path / "chai")
+    actor0, critic0, _, _ = restored(tmp_path / "chai", chai, step=0)
+    actor1, critic1, _, loop = restored(tmp_path / "chai", chai, step=1)
+    assert_same_tree(actor1.params, actor0.params)  # CHAI's policy is frozen
+    assert int(critic1.step) == chai.epochs and "actor/loss" not in loop["history"][0]
+
+    bc = micro(agent="filtered_bc", iterations=1, sft_steps=0)
+    train_and_evaluate(bc, tmp_path / "bc")
+    actor0, critic0, _, _ = restored(tmp_path / "bc", bc, step=0)
+    actor1, critic1, _, loop = restored(tmp_path / "bc", bc, step=1)
+    assert critic1 is None and int(actor1.step) == bc.epochs
+    assert "bc/loss" in loop["history"][0] and "critic/loss" not in loop["history"][0]
+    assert not (tmp_path / "bc" / "models" / "tiny_roberta").exists()  # no critic is built
+
+
 # ---- exact resume -------------------------------------------------------------------------
 
 
