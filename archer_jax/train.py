@@ -82,8 +82,8 @@ def warm_start(trainer: Trainer, states: States, writers: report.Writers) -> tup
     skipped = sum(m["nonfinite"] for m in history)
     if skipped == len(history):
         raise TrainingError(f"SFT: all {skipped} steps had a non-finite loss or gradient")
-    for step in range(0, len(history), max(1, len(history) // 20)):
-        writers.scalars(step - len(history), {f"sft/{k}": v for k, v in history[step].items()})
+    for step in range(0, len(history), max(1, len(history) // 50)):  # tags sft/*, steps 1..sft_steps
+        writers.scalars(step + 1, {f"sft/{k}": v for k, v in history[step].items()})
     info = dict(
         pairs=len(observations), steps=c.sft_steps, first_loss=history[0]["loss"], last_loss=history[-1]["loss"],
         skipped=skipped, seconds=time.perf_counter() - start,
