@@ -138,6 +138,11 @@ def _check_model(key: str, name: str, kind: str) -> None:
             raise ConfigError(f"config.{key}: model directory {name} does not exist")
         if not (path / "config.json").is_file():
             raise ConfigError(f"config.{key}: {name} has no config.json (not a Hugging Face model directory)")
+    elif hub.is_offline():  # a hub name must already be cached (online, the loader downloads it)
+        try:
+            hub.resolve(name)
+        except hub.ModelLoadError as e:
+            raise ConfigError(f"config.{key}: {e}") from None
 
 
 def validate(config: ml_collections.ConfigDict) -> None:

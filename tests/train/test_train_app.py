@@ -250,6 +250,7 @@ def test_non_finite_losses_are_skipped_counted_and_stop_the_run(tmp_path, monkey
         (dict(policy="/no/such/model"), "config.policy: model directory /no/such/model does not exist"),
         (dict(critic="./missing_roberta"), "config.critic: model directory ./missing_roberta does not exist"),
         (dict(critic="tiny:gpt2"), "config.critic: 'tiny:gpt2' is not a tiny model for this role"),
+        (dict(policy="no-such-org/no-such-model"), "config.policy: cannot load 'no-such-org/no-such-model'"),
         (dict(critic_lr=-1.0), r"config.critic_lr: must be > 0"),
         (dict(gamma=1.5), r"config.gamma: must be in \[0, 1\]"),
         (dict(sft_experts="optimal,lazy"), "config.sft_experts: unknown expert 'lazy'"),
