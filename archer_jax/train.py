@@ -44,6 +44,12 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, summary.json and the plot.")
 
 
+def _last_line(error: Exception) -> str:
+    """The last non-empty line of an error's message (config files fail with a whole traceback)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
 def _eval_metrics(episodes) -> dict[str, float]:
     return {f"eval/{k}": v for k, v in rollout.summarize(episodes).items()}
 
@@ -145,8 +151,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
             metrics.update(env_samples=loop["env_samples"], episodes=loop["episodes"], replay_size=len(replay))
             if (c.eval_freq and iteration % c.eval_freq == 0) or iteration == c.iterations:
                 evaluation, t_eval = timed(trainer.evaluate, states)
-                metrics.update(_eval_metrics(evaluation), **{"time/eval": t_eval})
-                loop["evals"].append(dict(iteration=iteration, env_samples=loop["env_samples"], **_eval_metrics(evaluation)))
+                evaluated = _eval_metrics(evaluation)
+                metrics.update(evaluated, **{"time/eval": t_eval})
+                loop["evals"].append(dict(iteration=iteration, env_samples=loop["env_samples"], **evaluated))
             metrics.update({"time/rollout": t_rollout, "time/critic": t_critic, "time/actor": t_actor,
                             "time/iteration": time.perf_counter() - t0})
             loop["history"].append(dict(iteration=iteration, **metrics))
@@ -209,8 +216,7 @@ def main(argv: list[str]) -> None:
         config = _CONFIG.value
         config.keys()  # a config file that failed to load raises here
     except OSError as e:
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        sys.exit(f"error: --config: {lines[-1]}")
+        sys.exit(f"error: --config: {_last_line(e)}")
     try:
         train_and_evaluate(config, _WORKDIR.value)
     except (ConfigError, ModelLoadError, TrainingError, EnvError) as e:
@@ -222,9 +228,9 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:  # a bad value; a config file's own error comes with its traceback: keep its last line
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        head = lines[0].split(": Error whilst parsing")[0]
-        sys.exit(f"error: {head}" + (f": {lines[-1]}" if len(lines) > 1 else ""))
+        head = str(e).splitlines()[0].split(": Error whilst parsing")[0]
+        last = _last_line(e)
+        sys.exit(f"error: {head}" + (f": {last}" if last != head.strip() else ""))
     except (AttributeError, KeyError) as e:  # ml_collections: an override of a key the config lacks
         name = str(e).strip("\"'")
         given = next((a.split("=")[0] for a in argv if a.startswith("--config.") and name in a), name)

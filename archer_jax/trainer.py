@@ -28,7 +28,7 @@ from archer_jax.envs.pool import EnvPool
 from archer_jax.learners import batches
 from archer_jax.learners.actor import Actor
 from archer_jax.learners.chai import chai_actions
-from archer_jax.learners.critic import DoubleCritic, Tokens
+from archer_jax.learners.critic import DoubleCritic
 from archer_jax.learners.learner import Learner, LearnerConfig
 from archer_jax.learners.selection import filtered_bc_mask
 from archer_jax.learners.train_state import TrainState
@@ -276,18 +276,10 @@ class Trainer:
         actor = states.actor
         for epoch in range(c.actor_epochs):
             sample = replay.sample(self.batch)
-            generation = self.sampler.generate_rows(
-                sample["policy_observation"], self._key(ACTOR, iteration, epoch), self.sample_params,
-                model_state=self.learner.policy_params(actor),
-            )
-            batch = batches.actor_batch_from_rows(
-                Tokens(generation.prompt.input_ids, generation.prompt.attention_mask),
-                batches.right_padded(generation.tokens, generation.lengths, self.sampler.pad_id),
-                self.critic_tokenizer,
-                sample["critic_observation"],
-                token_rows(self.critic_tokenizer, generation.texts, max_length=self.max_critic_length),
-                micro_batch_count=c.grad_accum_steps,
-                max_length=self.max_critic_length,
+            batch, _ = batches.sampled_actor_batch_from_rows(
+                self.sampler, self.critic_tokenizer, sample["policy_observation"], sample["critic_observation"],
+                self._key(ACTOR, iteration, epoch), self.sample_params, micro_batch_count=c.grad_accum_steps,
+                model_state=self.learner.policy_params(actor), max_length=self.max_critic_length,
             )
             actor, metrics = self.learner.actor_step(actor, states.critic.params, batch)
             self.watchdog.add("actor", metrics)

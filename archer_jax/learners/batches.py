@@ -185,6 +185,21 @@ def bc_batch(
     )
 
 
+def _batch_of_generation(generation, pad_id: int, critic_tokenizer, critic_observations, *, micro_batch_count: int,
+                         max_length: int) -> ActorBatch:
+    """The actor batch of a sampler generation: its prompt encoding and sampled ids (stop token
+    included) as policy tokens, the observations and sampled texts in critic token rows."""
+    return actor_batch_from_rows(
+        Tokens(generation.prompt.input_ids, generation.prompt.attention_mask),
+        right_padded(generation.tokens, generation.lengths, pad_id),
+        critic_tokenizer,
+        critic_observations,
+        token_rows(critic_tokenizer, generation.texts, max_length=max_length),
+        micro_batch_count=micro_batch_count,
+        max_length=max_length,
+    )
+
+
 def sampled_actor_batch(
     sampler,
     critic_tokenizer,
@@ -204,15 +219,27 @@ def sampled_actor_batch(
     ``generation.texts`` are the ``a_π`` texts, e.g. for a critic batch's V-target.
     """
     generation = sampler.generate(observations, key, params, model_state=model_state)
-    observation = Tokens(generation.prompt.input_ids, generation.prompt.attention_mask)
-    action = right_padded(generation.tokens, generation.lengths, sampler.pad_id)
-    batch = actor_batch(
-        observation,
-        action,
-        critic_tokenizer,
-        observations,
-        generation.texts,
-        micro_batch_count=micro_batch_count,
-        max_length=max_length,
-    )
+    critic_rows = token_rows(critic_tokenizer, observations, max_length=max_length)
+    batch = _batch_of_generation(generation, sampler.pad_id, critic_tokenizer, critic_rows,
+                                 micro_batch_count=micro_batch_count, max_length=max_length)
+    return batch, generation
+
+
+def sampled_actor_batch_from_rows(
+    sampler,
+    critic_tokenizer,
+    policy_observations: Sequence[np.ndarray],
+    critic_observations: Sequence[np.ndarray],
+    key,
+    params,
+    *,
+    micro_batch_count: int,
+    model_state=None,
+    max_length: int = 512,
+):
+    """:func:`sampled_actor_batch` from observations already in policy and critic token rows
+    (the replay buffer's): nothing is re-tokenized but the sampled ``a_π`` for the critic."""
+    generation = sampler.generate_rows(policy_observations, key, params, model_state=model_state)
+    batch = _batch_of_generation(generation, sampler.pad_id, critic_tokenizer, critic_observations,
+                                 micro_batch_count=micro_batch_count, max_length=max_length)
     return batch, generation
