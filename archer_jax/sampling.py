@@ -101,7 +101,7 @@ class SampledTokens(NamedTuple):
 class DecodeState(NamedTuple):
     """Everything the decode loop carries, on device."""
 
-    cache: tuple  # KV cache per layer, [batch, slots, heads, head_dim]
+    cache: tuple  # KV cache per layer, [batch, heads, slots, head_dim]
     slot_mask: Array  # [batch, slots] 1 where a slot holds a real token
     step: Array  # () number of tokens sampled so far
     tokens: Array  # [batch, max_new_tokens]
@@ -358,7 +358,7 @@ class Sampler:
         rows = shd.batch_sharding(self.mesh, 1)
         matrix = shd.batch_sharding(self.mesh, 2)
         cache_spec = shd.logical_to_mesh(
-            ("batch", None, "heads", "kv"), (batch, slots, self.config.n_head, self.config.head_dim), self.mesh, self.rules
+            ("batch", "heads", None, "kv"), (batch, self.config.n_head, slots, self.config.head_dim), self.mesh, self.rules
         )
         cache = NamedSharding(self.mesh, cache_spec)
         scalar = shd.replicated(self.mesh)

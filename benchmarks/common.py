@@ -31,6 +31,19 @@ PEAK_BANDWIDTH = {
 }
 
 
+# Peak dense matmul FLOP/s by device kind and dtype, for MFU (float32 on GPUs runs as TF32).
+PEAK_FLOPS = {
+    "H200": {"bfloat16": 989e12, "float32": 494e12},
+    "H100": {"bfloat16": 989e12, "float32": 494e12},  # SXM
+    "A100": {"bfloat16": 312e12, "float32": 156e12},
+    "TPU v4": {"bfloat16": 275e12, "float32": 275e12},
+    "TPU v5 lite": {"bfloat16": 197e12, "float32": 197e12},
+    "TPU v5e": {"bfloat16": 197e12, "float32": 197e12},
+    "TPU v5p": {"bfloat16": 459e12, "float32": 459e12},
+    "TPU v6 lite": {"bfloat16": 918e12, "float32": 918e12},
+}
+
+
 def time_call(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
     """(first call seconds, median seconds of ``repeats`` further calls); ``fn`` must block."""
     start = time.perf_counter()
@@ -50,6 +63,21 @@ def peak_bandwidth(device: jax.Device, override: float | None = None) -> float |
         return override
     kind = getattr(device, "device_kind", "")
     return next((bw for name, bw in PEAK_BANDWIDTH.items() if name in kind), None)
+
+
+def peak_flops(device: jax.Device, dtype: str, override: float | None = None) -> float | None:
+    """The device's peak dense matmul FLOP/s for ``dtype``, or None when unknown (CPUs)."""
+    if override:
+        return override
+    kind = getattr(device, "device_kind", "")
+    return next((peaks[dtype] for name, peaks in PEAK_FLOPS.items() if name in kind), None)
+
+
+def decode_floor_s(param_bytes: int, config, batch: int, slots: int, itemsize: int, bandwidth: float) -> float:
+    """The memory-bandwidth floor of one decode step: every parameter and the whole KV cache
+    (``batch x slots`` positions, keys and values of every layer) read once."""
+    cache_bytes = 2 * config.n_layer * batch * slots * config.n_embd * itemsize
+    return (param_bytes + cache_bytes) / bandwidth
 
 
 def machine() -> dict:
@@ -79,9 +107,10 @@ def print_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -
         print("".join(f"{cell(row, key, spec):>{w}}" for (key, _, spec), w in zip(columns, widths)))
 
 
-def write_result(name: str, config: dict, rows: Sequence[dict], out: Path = RESULTS) -> Path:
-    """Writes ``{out}/{name}.json`` with the machine, the configuration and the rows."""
+def write_result(name: str, config: dict, rows: Sequence[dict], out: Path = RESULTS, extra: dict | None = None) -> Path:
+    """Writes ``{out}/{name}.json`` with the machine, the configuration, the rows and ``extra``."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.json"
-    path.write_text(json.dumps(dict(benchmark=name, machine=machine(), config=config, rows=list(rows)), indent=2) + "\n")
+    result = dict(benchmark=name, machine=machine(), config=config, rows=list(rows), **(extra or {}))
+    path.write_text(json.dumps(result, indent=2) + "\n")
     return path

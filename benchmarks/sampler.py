@@ -32,7 +32,7 @@ from flax import nnx
 from archer_jax import models
 from archer_jax.models import tiny
 from archer_jax.sampling import Sampler, SamplingParams
-from common import RESULTS, machine, peak_bandwidth, print_table, time_call, write_result
+from common import RESULTS, decode_floor_s, machine, peak_bandwidth, print_table, time_call, write_result
 
 
 def _prompts(batch: int, length: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
@@ -64,11 +64,8 @@ def bench_ours(args, tokenizer) -> list[dict]:
         step = (total - prefill) / (args.new_tokens - 1)
         row = dict(impl="archer_jax", batch=batch, total_s=total, prefill_s=prefill, decode_step_ms=1e3 * step,
                    gen_tokens_per_s=batch * args.new_tokens / total, compile_s=compile_s)
-        if bandwidth:
-            slots = args.prompt + args.new_tokens
-            # Average cache slots read per step: the decode loop attends over every slot.
-            cache_bytes = 2 * config.n_layer * batch * slots * config.n_embd * dtype.itemsize
-            floor = (param_bytes + cache_bytes) / bandwidth
+        if bandwidth:  # the decode loop attends over every slot
+            floor = decode_floor_s(param_bytes, config, batch, args.prompt + args.new_tokens, dtype.itemsize, bandwidth)
             row.update(roofline_step_ms=1e3 * floor, roofline_fraction=floor / step)
         rows.append(row)
     return rows

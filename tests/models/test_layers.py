@@ -37,19 +37,20 @@ def test_roberta_parameters_carry_logical_axis_names():
 
 def test_dot_product_attention_against_numpy():
     rng = np.random.default_rng(0)
-    q, k, v = (rng.normal(size=(2, 3, 2, 4)).astype(np.float32) for _ in range(3))
+    q, k, v = (rng.normal(size=(2, 2, 3, 4)).astype(np.float32) for _ in range(3))  # [batch, heads, len, dim]
     mask = rng.random((2, 1, 3, 3)) > 0.3
     mask[..., 0] = True
     out = dot_product_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(mask), 0.5)
-    scores = np.einsum("bqhd,bkhd->bhqk", q, k) * 0.5
-    scores = np.where(mask, scores, -np.inf)
-    probs = np.exp(scores - scores.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
-    np.testing.assert_allclose(np.asarray(out), np.einsum("bhqk,bkhd->bqhd", probs, v), atol=1e-5)
+    expected = np.zeros_like(q)
+    for b, h, i in np.ndindex(2, 2, 3):  # one query row at a time
+        scores = np.where(mask[b, 0, i], k[b, h] @ q[b, h, i] * 0.5, -np.inf)
+        weights = np.exp(scores - scores.max())
+        expected[b, h, i] = (weights / weights.sum()) @ v[b, h]
+    np.testing.assert_allclose(np.asarray(out), expected, atol=1e-5)
 
 
 def test_fully_masked_query_row_is_finite():
-    x = jnp.ones((1, 2, 1, 4))
+    x = jnp.ones((1, 1, 2, 4))
     out = dot_product_attention(x, x, x, jnp.zeros((1, 1, 2, 2), bool), 1.0)
     assert bool(jnp.isfinite(out).all())
 

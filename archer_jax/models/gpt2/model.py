@@ -72,7 +72,7 @@ def init_cache(
     """An empty KV cache with ``num_slots`` positions (prompt length + new tokens)."""
     if num_slots > config.n_positions:
         raise ValueError(f"num_slots {num_slots} exceeds the model's n_positions {config.n_positions}")
-    shape = (batch_size, num_slots, config.n_head, config.head_dim)
+    shape = (batch_size, config.n_head, num_slots, config.head_dim)
     return tuple(KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.n_layer))
 
 
@@ -167,7 +167,7 @@ class GPT2LMHeadModel(nnx.Module):
             to the hidden states that need it, e.g. the last position when sampling.
         """
         batch, length = input_ids.shape
-        slots = length if cache is None else cache[0].key.shape[1]
+        slots = length if cache is None else cache[0].key.shape[2]
         if attention_mask is None:
             if cache is not None:
                 raise ValueError("attention_mask over the cache slots is required with a cache")

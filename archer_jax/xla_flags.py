@@ -1,0 +1,27 @@
+"""XLA options archer_jax sets before JAX starts its backends.
+
+XLA:CPU (jax 0.10) hands dots, elementwise ops and reductions to YNNPACK "library fusions" by
+default. On our programs they are about twice as slow as XLA's own kernels: the attention
+``probs @ V`` dot and the bias-gradient reductions at [32, 4, 256, 256] took ~200 ms each
+instead of ~25 ms (benchmarks/README.md, "Speed work"). We turn them off unless the user already
+chose a setting in ``XLA_FLAGS``. The option is CPU-only; GPU and TPU programs are unaffected.
+
+JAX reads ``XLA_FLAGS`` when it creates its first backend, so this runs when archer_jax is
+imported; it does nothing if a backend already exists (then set ``XLA_FLAGS`` yourself).
+"""
+
+from __future__ import annotations
+
+import os
+
+CPU_FLAGS = {"xla_cpu_experimental_ynn_fusion_type": ""}  # "" = no YNNPACK fusions
+
+
+def set_default_flags(environ=os.environ) -> str:
+    """Appends each of :data:`CPU_FLAGS` to ``XLA_FLAGS`` unless it is already there; returns the result."""
+    flags = environ.get("XLA_FLAGS", "")
+    for name, value in CPU_FLAGS.items():
+        if name not in flags:
+            flags = f"{flags} --{name}={value}".strip()
+    environ["XLA_FLAGS"] = flags
+    return flags

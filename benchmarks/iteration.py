@@ -1,0 +1,258 @@
+"""One ArCHer iteration, archer_jax vs the PyTorch reference, in one process on one machine.
+
+Both sides run the workload of :mod:`workload` (same model sizes, shapes, counts and random
+inputs; random weights, nothing downloaded):
+
+  * ours: :class:`archer_jax.sampling.Sampler` for rollouts and for each step's ``a_π`` (one
+    call for all of a step's transitions) and :class:`archer_jax.learners.Learner`'s jitted critic
+    and actor steps (micro-batches in one program);
+  * reference: :mod:`reference_torch`, the official code's structure (HF ``generate`` per turn and
+    per micro-batch, eager forward/backward per micro-batch, ``torch.optim.Adam``).
+
+Each side first runs a warm-up (ours: a whole iteration, which compiles every program; the
+compile time is reported), then ``--repeats`` timed iterations (median). The table gives, per
+size, rollout tokens/s, the critic step, the actor step and the full iteration, and the ratio
+(reference time / ours). With a known peak (GPU/TPU table in common.py, or ``--peak-flops``) it
+adds the MFU of our critic and actor programs and, with a known bandwidth, the decode step's
+fraction of the memory-bandwidth roofline.
+
+    python benchmarks/iteration.py                      # tiny and base, CPU: a few minutes
+    python benchmarks/iteration.py --sizes tiny --profile /tmp/trace
+Prints the table; writes benchmarks/results/iteration_<backend>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from archer_jax import learners, models, sharding
+from archer_jax.models import tiny
+from archer_jax.sampling import Sampler, SamplingParams
+from common import RESULTS, decode_floor_s, machine, peak_bandwidth, peak_flops, print_table, write_result
+from workload import Data, Workload, make_data, step_flops, to_critic_ids, workloads
+
+
+def _tokens(ids: np.ndarray, micro_batches: int) -> learners.Tokens:
+    ids = ids.reshape(micro_batches, -1, *ids.shape[1:])
+    return learners.Tokens(ids, np.ones_like(ids))
+
+
+class JaxArcher:
+    """Our side: policy, critic, sampler and learner at the workload's sizes."""
+
+    def __init__(self, w: Workload, tokenizer, dtype=jnp.float32, seed: int = 0):
+        self.w = w
+        kw = dict(dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(seed))
+        policy = models.GPT2LMHeadModel(w.policy, **kw)
+        critic = learners.DoubleCritic(models.RobertaModel(w.critic, **kw), **kw)
+        mesh = sharding.make_mesh()
+        config = learners.LearnerConfig(gamma=w.gamma, tau=w.tau, critic_lr=w.critic_lr, lm_lr=w.lm_lr,
+                                        max_grad_norm=w.max_grad_norm)
+        self.learner = learners.Learner(learners.Actor(policy), critic, config, mesh=mesh)
+        self.sampler = Sampler(policy, tokenizer, mesh=mesh)
+        self.params = SamplingParams(max_new_tokens=w.new_tokens, temperature=w.temperature, top_p=w.top_p,
+                                     stop_strings=(), stop_at_eos=False)
+        self.critic_state, self.actor_state = self.learner.init_critic(), self.learner.init_actor()
+        self.key = jax.random.key(seed)
+        self.calls = 0
+        self.timers: dict[str, float] = {}
+
+    def _next_key(self) -> jax.Array:
+        self.calls += 1
+        return jax.random.fold_in(self.key, self.calls)
+
+    def _timed(self, name: str, fn, *args):
+        start = time.perf_counter()
+        out = jax.block_until_ready(fn(*args))
+        self.timers[name] = self.timers.get(name, 0.0) + time.perf_counter() - start
+        return out
+
+    def generate(self, prompts: np.ndarray) -> np.ndarray:
+        """``new_tokens`` sampled ids per prompt (on the host, as the trainer needs them)."""
+        out = self.sampler.generate_tokens(prompts, np.ones_like(prompts), self._next_key(), self.params,
+                                           model_state=self.learner.policy_params(self.actor_state))
+        return np.asarray(jax.device_get(out.tokens))[: len(prompts)]
+
+    def rollout(self, prompts: list[np.ndarray]) -> int:
+        for turn_prompts in prompts:
+            self.generate(turn_prompts)
+        return sum(len(p) for p in prompts) * self.w.new_tokens
+
+    def critic_step(self, sample: dict[str, np.ndarray]) -> None:
+        w = self.w
+        pi = self._timed("critic_sampling_s", self.generate, sample["policy_observation"])
+        batch = learners.CriticBatch(
+            _tokens(sample["observation"], w.micro_batches), _tokens(sample["action"], w.micro_batches),
+            _tokens(sample["next_observation"], w.micro_batches),
+            _tokens(to_critic_ids(pi, w.critic.vocab_size), w.micro_batches),
+            sample["reward"].reshape(w.micro_batches, -1), sample["terminal"].reshape(w.micro_batches, -1),
+        )
+
+        def step():
+            self.critic_state, metrics = self.learner.critic_step(self.critic_state, batch)
+            return metrics
+
+        self._timed("critic_program_s", step)
+
+    def actor_step(self, sample: dict[str, np.ndarray]) -> None:
+        w = self.w
+        pi = self._timed("actor_sampling_s", self.generate, sample["policy_observation"])
+        observation = _tokens(sample["policy_observation"], w.micro_batches)
+        batch = learners.ActorBatch(
+            observation, _tokens(pi, w.micro_batches), _tokens(sample["observation"], w.micro_batches),
+            _tokens(to_critic_ids(pi, w.critic.vocab_size), w.micro_batches),
+        )
+
+        def step():
+            self.actor_state, metrics = self.learner.actor_step(self.actor_state, self.critic_state.params, batch)
+            return metrics
+
+        self._timed("actor_program_s", step)
+
+    def iteration(self, data: Data) -> dict[str, float]:
+        self.timers = {}
+        start = time.perf_counter()
+        tokens = self.rollout(data.prompts)
+        rollout_s = time.perf_counter() - start
+        for sample in data.critic_samples:
+            self.critic_step(sample)
+        critic_s = time.perf_counter() - start - rollout_s
+        for sample in data.actor_samples:
+            self.actor_step(sample)
+        actor_s = time.perf_counter() - start - rollout_s - critic_s
+        return _phases(self.w, rollout_s, critic_s, actor_s, tokens) | {
+            k: v / max(1, self.w.critic_epochs if k.startswith("critic") else self.w.actor_epochs)
+            for k, v in self.timers.items()
+        }
+
+    def decode_step_s(self, prompts: np.ndarray) -> float:
+        """Seconds per decode step at the rollout batch: (all tokens - one token) / (new - 1)."""
+        times = {}
+        for new in (1, self.w.new_tokens):
+            params = SamplingParams(max_new_tokens=new, stop_strings=(), stop_at_eos=False)
+            run = lambda: jax.block_until_ready(self.sampler.generate_tokens(  # noqa: E731
+                prompts, np.ones_like(prompts), self._next_key(), params,
+                model_state=self.learner.policy_params(self.actor_state)))
+            run()
+            start = time.perf_counter()
+            run()
+            times[new] = time.perf_counter() - start
+        return (times[self.w.new_tokens] - times[1]) / (self.w.new_tokens - 1)
+
+
+def _phases(w: Workload, rollout_s: float, critic_s: float, actor_s: float, tokens: int) -> dict[str, float]:
+    return dict(rollout_s=rollout_s, critic_s=critic_s, actor_s=actor_s, iteration_s=rollout_s + critic_s + actor_s,
+                critic_step_s=critic_s / max(1, w.critic_epochs), actor_step_s=actor_s / max(1, w.actor_epochs),
+                rollout_tokens=tokens, rollout_tokens_per_s=tokens / rollout_s)
+
+
+def _median(runs: list[dict]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def bench_ours(w: Workload, data: Data, tokenizer, args) -> dict:
+    ours = JaxArcher(w, tokenizer, jnp.dtype(args.dtype))
+    start = time.perf_counter()
+    ours.iteration(data)  # compiles every program
+    warm = time.perf_counter() - start
+    if args.profile:
+        jax.profiler.start_trace(str(Path(args.profile) / w.name))
+    runs = [ours.iteration(data) for _ in range(args.repeats)]
+    if args.profile:
+        jax.profiler.stop_trace()
+    result = _median(runs)
+    result["compile_s"] = warm - result["iteration_s"]
+    flops, peak = step_flops(w), peak_flops(jax.devices()[0], args.dtype, args.peak_flops)
+    result.update(critic_program_tflops=flops["critic"] / result["critic_program_s"] / 1e12,
+                  actor_program_tflops=flops["actor"] / result["actor_program_s"] / 1e12)
+    if peak:
+        result.update(critic_mfu=flops["critic"] / result["critic_program_s"] / peak,
+                      actor_mfu=flops["actor"] / result["actor_program_s"] / peak)
+    bandwidth = peak_bandwidth(jax.devices()[0], args.peak_bandwidth)
+    if bandwidth:
+        prompts = data.prompts[-1]
+        step = ours.decode_step_s(prompts)
+        param_bytes = sum(x.nbytes for x in jax.tree.leaves(ours.learner.policy_params(ours.actor_state)))
+        slots = ours.sampler.batch_bucket(len(prompts)), prompts.shape[1] + w.new_tokens
+        floor = decode_floor_s(param_bytes, w.policy, *slots, jnp.dtype(args.dtype).itemsize, bandwidth)
+        result.update(decode_step_ms=1e3 * step, decode_roofline_fraction=floor / step)
+    return result
+
+
+def bench_reference(w: Workload, data: Data, args) -> dict:
+    import torch
+
+    import reference_torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    agent = reference_torch.TorchArcher(w, device)
+    reference_torch.warm_up(agent, data)
+    return _median([reference_torch.run_iteration(agent, data) for _ in range(args.repeats)])
+
+
+ROWS = (("rollout_tokens_per_s", "rollout tokens/s", True), ("critic_step_s", "critic step s", False),
+        ("actor_step_s", "actor step s", False), ("iteration_s", "full iteration s", False))
+
+
+def ratio_rows(size: str, ours: dict, ref: dict) -> list[dict]:
+    """One row per measure; ``speedup`` = how many times faster ours is."""
+    rows = []
+    for key, label, higher_is_better in ROWS:
+        o, r = ours[key], ref[key]
+        rows.append(dict(size=size, measure=label, ours=o, reference=r, speedup=(o / r) if higher_is_better else (r / o)))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", nargs="+", choices=("tiny", "base"), default=["tiny", "base"])
+    parser.add_argument("--base-micro-batches", type=int, default=4)
+    parser.add_argument("--base-turns", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=1, help="timed iterations per side after the warm-up")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="ours (the reference: float32)")
+    parser.add_argument("--no-reference", action="store_true", help="ours only (e.g. for before/after profiling)")
+    parser.add_argument("--profile", default=None, help="write a jax.profiler trace of our timed iterations here")
+    parser.add_argument("--peak-flops", type=float, default=None, help="FLOP/s, for MFU on an unlisted device")
+    parser.add_argument("--peak-bandwidth", type=float, default=None, help="bytes/s, for the decode roofline")
+    parser.add_argument("--tag", default="", help="suffix of the result file name")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    info = machine()
+    table, results = [], {}
+    with tempfile.TemporaryDirectory() as tmp:  # any tokenizer will do: the workload is token ids
+        tokenizer = models.load_tokenizer(tiny.build_tiny("gpt2", Path(tmp) / "tok"))
+        for size in args.sizes:
+            w = workloads(args.base_micro_batches, args.base_turns)[size]
+            data = make_data(w)
+            ours = bench_ours(w, data, tokenizer, args)
+            ref = None if args.no_reference else bench_reference(w, data, args)
+            results[size] = dict(workload=w.describe(), ours=ours, reference=ref)
+            if ref:
+                table += ratio_rows(size, ours, ref)
+            print(f"{size}: ours " + ", ".join(f"{k} {v:.4g}" for k, v in ours.items()), flush=True)
+            if ref:
+                print(f"{size}: reference " + ", ".join(f"{k} {v:.4g}" for k, v in ref.items()), flush=True)
+
+    print(f"\n{info['device_kind'] or info['backend']} x{info['device_count']}, {info['cpu_count']} CPUs, "
+          f"{info['platform']}, {info['date']}; ours {args.dtype}, reference float32 (PyTorch)")
+    if table:
+        print_table(table, [("size", "size", ""), ("measure", "measure", ""), ("ours", "ours", ".4g"),
+                            ("reference", "reference", ".4g"), ("speedup", "ours faster x", ".2f")])
+    config = dict(vars(args), out=str(args.out))
+    name = f"iteration_{jax.default_backend()}" + (f"_{args.tag}" if args.tag else "")
+    path = write_result(name, config, table, args.out, extra=dict(results=results))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""One ArCHer iteration the way the official PyTorch code does it (the reference for iteration.py).
+
+It follows the official ``archer`` trainer and agent (github.com/YifeiZhou02/ArCHer), on the
+token-level workload of :mod:`workload` (same model sizes, shapes and counts as ours):
+
+  * rollouts: one Hugging Face ``generate`` per turn over the batch of dialogues;
+  * a critic step: for each of ``micro_batches`` micro-batches of ``batch`` transitions, a fresh
+    ``a_π`` from ``generate`` for that micro-batch, the double critic (``RobertaModel`` pooler
+    output + four MLP heads) on (s, a) with gradient, the target critic on (s, a_π) and on
+    (s', a) without, the four MSE losses and ``backward()``; then gradient clipping, ``Adam`` and
+    the Polyak update of the target, parameter by parameter;
+  * an actor step: per micro-batch ``generate`` for ``a_π``, the log-probability of ``a_π`` (the
+    whole sequence's logits, softmax, gather), the online critic's advantage without gradient,
+    ``backward()``; then clipping and ``Adam``.
+
+The official code's own defects that change no amount of work are kept out (gradients are
+averaged over micro-batches; the observation and action are packed without a pad gap).
+
+    python benchmarks/reference_torch.py --size tiny
+Prints the phase times of one iteration (after a warm-up iteration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import numpy as np
+import torch
+import transformers
+from torch import nn
+
+from workload import Data, Workload, make_data, to_critic_ids, workloads
+
+
+def _mlp(d_in: int, d: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, d), nn.ReLU(), nn.Linear(d, d), nn.ReLU(), nn.Linear(d, 1))
+
+
+class DoubleCritic(nn.Module):
+    """The official ``DoubleCritic``: one RoBERTa, Q heads on [e(s); e(a)], V heads on e(s)."""
+
+    def __init__(self, config: transformers.RobertaConfig):
+        super().__init__()
+        self.base_lm = transformers.RobertaModel(config)
+        d = config.hidden_size
+        self.critic1, self.critic2 = _mlp(2 * d, d), _mlp(2 * d, d)
+        self.v_critic1, self.v_critic2 = _mlp(d, d), _mlp(d, d)
+
+    def forward(self, observation: torch.Tensor, action: torch.Tensor):
+        ones = lambda x: torch.ones_like(x)  # noqa: E731  (random ids: no padding)
+        s = self.base_lm(input_ids=observation, attention_mask=ones(observation)).pooler_output
+        a = self.base_lm(input_ids=action, attention_mask=ones(action)).pooler_output
+        both = torch.cat([s, a], dim=-1)
+        return self.critic1(both), self.critic2(both), self.v_critic1(s), self.v_critic2(s)
+
+
+class TorchArcher:
+    """Policy, critic, target critic and their Adam optimizers, as in the official agent."""
+
+    def __init__(self, w: Workload, device: str = "cpu", seed: int = 0):
+        torch.manual_seed(seed)
+        self.w, self.device = w, device
+        self.policy = transformers.GPT2LMHeadModel(transformers.GPT2Config(**w.policy.to_hf_dict())).to(device)
+        self.critic = DoubleCritic(transformers.RobertaConfig(**w.critic.to_hf_dict())).to(device)
+        self.target_critic = copy.deepcopy(self.critic)
+        self.lm_optimizer = torch.optim.Adam(self.policy.parameters(), lr=w.lm_lr)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=w.critic_lr)
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.generated_tokens = 0
+
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.device)
+
+    def get_action(self, observation: torch.Tensor) -> torch.Tensor:
+        """``generate`` exactly ``new_tokens`` sampled tokens per row; returns the new ids."""
+        w = self.w
+        with torch.no_grad():
+            out = self.policy.generate(
+                input_ids=observation, attention_mask=torch.ones_like(observation), do_sample=True,
+                max_new_tokens=w.new_tokens, min_new_tokens=w.new_tokens, temperature=w.temperature, top_p=w.top_p,
+                top_k=0, pad_token_id=w.policy.eos_token_id,
+            )
+        self.generated_tokens += out.shape[0] * (out.shape[1] - observation.shape[1])
+        return out[:, observation.shape[1]:]
+
+    def critic_ids(self, policy_ids: torch.Tensor) -> torch.Tensor:
+        return self.tensor(to_critic_ids(policy_ids.cpu().numpy(), self.w.critic.vocab_size))
+
+    # ---- rollouts ---------------------------------------------------------------------------
+
+    def rollout(self, prompts: list[np.ndarray]) -> None:
+        self.policy.eval()
+        for turn_prompts in prompts:
+            self.get_action(self.tensor(turn_prompts))
+
+    # ---- critic -----------------------------------------------------------------------------
+
+    def critic_loss(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
+        q1, q2, v1, v2 = self.critic(micro["observation"], micro["action"])
+        with torch.no_grad():
+            pi_action = self.critic_ids(self.get_action(micro["policy_observation"]))
+            target_q1, target_q2, _, _ = self.target_critic(micro["observation"], pi_action)
+            _, _, target_v1, target_v2 = self.target_critic(micro["next_observation"], micro["action"])
+            keep = self.w.gamma * (1 - micro["terminal"])
+            target_v1 = micro["reward"] + keep * target_v1.flatten()
+            target_v2 = micro["reward"] + keep * target_v2.flatten()
+        mse = nn.functional.mse_loss
+        loss = (mse(q1.flatten(), target_v1) + mse(q2.flatten(), target_v2)
+                + mse(v1.flatten(), target_q1.flatten()) + mse(v2.flatten(), target_q2.flatten()))
+        (loss / self.w.micro_batches).backward()
+        return loss.detach()
+
+    def soft_update_target_critic(self) -> None:
+        tau = self.w.tau
+        for target_param, param in zip(self.target_critic.parameters(), self.critic.parameters()):
+            target_param.data.copy_(target_param.data * (1.0 - tau) + param.data * tau)
+
+    def critic_step(self, sample: dict[str, np.ndarray]) -> float:
+        self.critic_optimizer.zero_grad()
+        losses = [self.critic_loss(micro) for micro in self._micro_batches(sample)]
+        nn.utils.clip_grad_norm_(self.critic.parameters(), self.w.max_grad_norm)
+        self.critic_optimizer.step()
+        self.soft_update_target_critic()
+        return float(torch.stack(losses).mean())
+
+    # ---- actor ------------------------------------------------------------------------------
+
+    def get_log_prob(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Σ_t log π(a_t | s, a_<t), as the official agent computes it (softmax over every position)."""
+        sequence = torch.cat([observation, action], dim=1)
+        logits = self.policy(input_ids=sequence, attention_mask=torch.ones_like(sequence)).logits
+        probs = torch.softmax(logits, dim=-1)
+        start = observation.shape[1] - 1
+        selected = torch.take_along_dim(probs[:, start:-1], action.unsqueeze(2), dim=2).squeeze(2)
+        return torch.sum(torch.log(selected), dim=1)
+
+    def actor_loss(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
+        self.policy.eval()
+        pi_action = self.get_action(micro["policy_observation"])
+        self.policy.train()
+        log_prob = self.get_log_prob(micro["policy_observation"], pi_action)
+        with torch.no_grad():
+            q1, q2, v1, v2 = self.critic(micro["observation"], self.critic_ids(pi_action))
+            advantage = (torch.minimum(q1, q2) - torch.minimum(v1, v2)).flatten()
+        loss = -torch.mean(log_prob.flatten() * advantage)
+        (loss / self.w.micro_batches).backward()
+        return loss.detach()
+
+    def actor_step(self, sample: dict[str, np.ndarray]) -> float:
+        self.lm_optimizer.zero_grad()
+        losses = [self.actor_loss(micro) for micro in self._micro_batches(sample)]
+        nn.utils.clip_grad_norm_(self.policy.parameters(), self.w.max_grad_norm)
+        self.lm_optimizer.step()
+        return float(torch.stack(losses).mean())
+
+    def _micro_batches(self, sample: dict[str, np.ndarray]):
+        b = self.w.batch
+        for start in range(0, self.w.transitions, b):
+            yield {k: self.tensor(v[start:start + b]) for k, v in sample.items()}
+
+    def sync(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+
+def run_iteration(agent: TorchArcher, data: Data) -> dict[str, float]:
+    """One iteration; seconds per phase, the mean critic/actor step and rollout tokens/s."""
+    times = {}
+
+    def timed(name, fn, *args):
+        agent.sync()
+        start = time.perf_counter()
+        fn(*args)
+        agent.sync()
+        times[name] = time.perf_counter() - start
+
+    agent.generated_tokens = 0
+    timed("rollout_s", agent.rollout, data.prompts)
+    rollout_tokens = agent.generated_tokens
+    timed("critic_s", lambda: [agent.critic_step(s) for s in data.critic_samples])
+    timed("actor_s", lambda: [agent.actor_step(s) for s in data.actor_samples])
+    w = agent.w
+    return dict(
+        times,
+        iteration_s=sum(times.values()),
+        critic_step_s=times["critic_s"] / max(1, w.critic_epochs),
+        actor_step_s=times["actor_s"] / max(1, w.actor_epochs),
+        rollout_tokens=rollout_tokens,
+        rollout_tokens_per_s=rollout_tokens / times["rollout_s"],
+    )
+
+
+def warm_up(agent: TorchArcher, data: Data) -> None:
+    """One micro-batch of each phase, so that allocator and kernel set-up stay out of the timings."""
+    agent.rollout(data.prompts[:1])
+    one = lambda s: {k: v[: agent.w.batch] for k, v in s.items()}  # noqa: E731
+    b, agent.w = agent.w, _one_micro_batch(agent.w)
+    agent.critic_step(one(data.critic_samples[0]))
+    agent.actor_step(one(data.actor_samples[0]))
+    agent.w = b
+
+
+def _one_micro_batch(w: Workload) -> Workload:
+    import dataclasses
+
+    return dataclasses.replace(w, micro_batches=1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=("tiny", "base"), default="tiny")
+    parser.add_argument("--base-micro-batches", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    w = workloads(args.base_micro_batches)[args.size]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    agent = TorchArcher(w, device)
+    data = make_data(w)
+    warm_up(agent, data)
+    for k, v in run_iteration(agent, data).items():
+        print(f"{k:>22}: {v:.4g}")
+
+
+if __name__ == "__main__":
+    main()

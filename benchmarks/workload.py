@@ -1,0 +1,162 @@
+"""One ArCHer iteration as a fixed workload: the same shapes, counts and random data for both sides.
+
+:mod:`iteration` runs it with archer_jax and :mod:`reference_torch` with PyTorch / Hugging Face.
+An iteration is
+
+  * rollouts: ``turns`` turns of ``rollout_batch`` dialogues in lockstep; at turn t every prompt
+    has ``first_prompt + t * turn_growth`` tokens and every dialogue samples ``new_tokens`` tokens;
+  * ``critic_epochs`` critic steps of ``micro_batches x batch`` transitions, each with a fresh
+    ``a_π`` of ``new_tokens`` tokens sampled for its observations;
+  * ``actor_epochs`` actor steps of the same size, each with a fresh ``a_π``.
+
+Token ids are random and every generation runs to exactly ``new_tokens`` tokens (stop strings and
+EOS off on both sides), so both implementations process the same number of tokens. Text
+(detokenizing an action, tokenizing it again for the critic) is left out on both sides: a_π's
+critic ids are its policy ids modulo the critic's vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from archer_jax import models
+from archer_jax.models import tiny
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str
+    policy: models.GPT2Config
+    critic: models.RobertaConfig
+    rollout_batch: int
+    turns: int
+    first_prompt: int
+    turn_growth: int
+    new_tokens: int
+    batch: int
+    micro_batches: int
+    critic_epochs: int
+    actor_epochs: int
+    observation: int  # tokens per observation in learner batches (policy and critic side alike)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    gamma: float = 0.95
+    tau: float = 0.1
+    critic_lr: float = 2e-5
+    lm_lr: float = 1e-6
+    max_grad_norm: float = 1.0
+
+    @property
+    def transitions(self) -> int:
+        """Transitions per learner step."""
+        return self.micro_batches * self.batch
+
+    def prompt_length(self, turn: int) -> int:
+        return self.first_prompt + turn * self.turn_growth
+
+    def describe(self) -> dict:
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("policy", "critic")}
+        out.update(policy=f"GPT-2 {self.policy.n_layer}x{self.policy.n_embd}, vocab {self.policy.vocab_size}",
+                   critic=f"RoBERTa {self.critic.num_hidden_layers}x{self.critic.hidden_size}, "
+                          f"vocab {self.critic.vocab_size}")
+        return out
+
+
+TINY_VOCAB = 866  # the tiny preset's tokenizers
+
+
+def workloads(base_micro_batches: int = 4, base_turns: int = 2) -> dict[str, Workload]:
+    """``tiny``: the embedded preset's iteration (configs/20q.py:tiny) at its own counts.
+    ``base``: GPT-2-124M + RoBERTa-base with the official batch layout (micro-batches of 8) at
+    reduced counts (``base_micro_batches`` micro-batches, one critic and one actor step,
+    ``base_turns`` rollout turns), so that a CPU finishes in minutes."""
+    return dict(
+        tiny=Workload(
+            name="tiny", policy=tiny.tiny_config("gpt2", TINY_VOCAB), critic=tiny.tiny_config("roberta", TINY_VOCAB),
+            rollout_batch=32, turns=12, first_prompt=32, turn_growth=18, new_tokens=32, batch=32, micro_batches=1,
+            critic_epochs=10, actor_epochs=3, observation=256, temperature=0.7, top_p=0.9, critic_lr=1e-4,
+            lm_lr=1e-5,
+        ),
+        base=Workload(
+            name="base", policy=models.GPT2Config(), critic=models.RobertaConfig(), rollout_batch=32,
+            turns=base_turns, first_prompt=64, turn_growth=64, new_tokens=32, batch=8,
+            micro_batches=base_micro_batches, critic_epochs=1, actor_epochs=1, observation=128,
+        ),
+    )
+
+
+@dataclasses.dataclass
+class Data:
+    """The iteration's inputs (NumPy): rollout prompts per turn and one sample per learner step."""
+
+    prompts: list[np.ndarray]  # [rollout_batch, prompt_length(t)] policy ids
+    critic_samples: list[dict[str, np.ndarray]]  # per critic step, [transitions, ...] each
+    actor_samples: list[dict[str, np.ndarray]]  # per actor step
+
+
+def make_data(w: Workload, seed: int = 0) -> Data:
+    rng = np.random.default_rng(seed)
+    pv, cv = w.policy.vocab_size, w.critic.vocab_size
+    n, obs, act = w.transitions, w.observation, w.new_tokens
+
+    def ids(vocab: int, *shape: int) -> np.ndarray:
+        return rng.integers(3, vocab, shape).astype(np.int32)
+
+    def critic_sample() -> dict[str, np.ndarray]:
+        return dict(
+            policy_observation=ids(pv, n, obs), observation=ids(cv, n, obs), action=ids(cv, n, act),
+            next_observation=ids(cv, n, obs), reward=-rng.integers(0, 2, n).astype(np.float32),
+            terminal=(rng.random(n) < 0.1).astype(np.float32),
+        )
+
+    def actor_sample() -> dict[str, np.ndarray]:
+        return dict(policy_observation=ids(pv, n, obs), observation=ids(cv, n, obs))
+
+    return Data(
+        prompts=[ids(pv, w.rollout_batch, w.prompt_length(t)) for t in range(w.turns)],
+        critic_samples=[critic_sample() for _ in range(w.critic_epochs)],
+        actor_samples=[actor_sample() for _ in range(w.actor_epochs)],
+    )
+
+
+def to_critic_ids(policy_ids: np.ndarray, critic_vocab: int) -> np.ndarray:
+    """a_π's ids for the critic (in place of detokenizing and tokenizing again)."""
+    return (3 + policy_ids % (critic_vocab - 3)).astype(np.int32)
+
+
+def parameter_count(config, embeddings: bool = False) -> int:
+    """Matmul parameters of a transformer config (no embeddings unless asked), for FLOP counts."""
+    if isinstance(config, models.GPT2Config):
+        d, layers, inner, vocab = config.n_embd, config.n_layer, 4 * config.n_embd, config.vocab_size
+    else:
+        d, layers, inner, vocab = config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size
+    body = layers * (4 * d * d + 2 * d * inner)
+    return body + (vocab * d if embeddings else 0)
+
+
+def _layers_width(config) -> tuple[int, int]:
+    if isinstance(config, models.GPT2Config):
+        return config.n_layer, config.n_embd
+    return config.num_hidden_layers, config.hidden_size
+
+
+def forward_flops(config, batch: int, length: int) -> float:
+    """Matmul FLOPs of one encoder/decoder forward over ``batch`` sequences of ``length`` tokens
+    (projections + attention scores and mixing; no LM head)."""
+    layers, d = _layers_width(config)
+    return 2.0 * parameter_count(config) * batch * length + 4.0 * layers * batch * length * length * d
+
+
+def step_flops(w: Workload) -> dict[str, float]:
+    """FLOPs of one critic step and one actor step (learner program only, a_π sampling excluded):
+    a backward pass costs twice its forward."""
+    n, obs, act = w.transitions, w.observation, w.new_tokens
+    c, p = w.critic, w.policy
+    critic = (3 * (forward_flops(c, n, obs) + forward_flops(c, n, act))  # online s and a, with gradient
+              + 2 * forward_flops(c, n, obs) + forward_flops(c, n, act))  # target: s, s' and a_π
+    head = 2.0 * p.n_embd * p.vocab_size * n * act
+    actor = (3 * (forward_flops(p, n, obs + act) + head)  # log π(a_π | s), with gradient
+             + forward_flops(c, n, obs) + forward_flops(c, n, act))  # online critic: A(s, a_π)
+    return dict(critic=critic, actor=actor)
