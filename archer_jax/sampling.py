@@ -86,7 +86,8 @@ class Generation(NamedTuple):
     logprobs: np.ndarray  # [batch, max_new_tokens] float32: log softmax(logits)[token], 0 past length
     sample_logprobs: np.ndarray  # the same under the distribution actually sampled (0 when greedy)
     finish_reasons: list[str]  # "stop" (a stop string), "eos", or "length" (max_new_tokens)
-    prompt: Encoded  # the prompts as the model saw them: left-padded, left-truncated
+    prompt: Encoded  # the prompts as the model saw them (one row each; with several samples per prompt
+    # the rows above are prompt-major): left-padded, left-truncated
 
 
 class SampledTokens(NamedTuple):
@@ -233,19 +234,29 @@ def prefill(
     active: Array,
     stop_table: Array,
     key: Array,
+    samples: int = 1,
 ) -> DecodeState:
-    """Runs the prompt through the model into a fresh KV cache and samples the first token."""
+    """Runs the prompt through the model into a fresh KV cache and samples the first token.
+
+    With ``samples > 1`` the prompts are run once and their cache, mask and last logits are
+    repeated ``samples`` times (prompt-major rows), so k samples per prompt cost one prefill.
+    """
     model: GPT2LMHeadModel = nnx.merge(graphdef, model_state)
     batch, prompt_length = prompt_ids.shape
     new = params.max_new_tokens
     cache = init_cache(model.config, batch, prompt_length + new, model.dtype)
-    if state_shardings is not None:
-        cache = jax.lax.with_sharding_constraint(cache, state_shardings.cache)
     slot_mask = jnp.concatenate([prompt_mask.astype(jnp.int32), jnp.zeros((batch, new), jnp.int32)], axis=1)
     out = model(prompt_ids, slot_mask, cache=cache, cache_index=0, return_logits=False)
     logits = model.lm_logits(out.hidden_state[:, -1])
+    cache = out.cache
+    if samples > 1:
+        fan_out = lambda x: jnp.repeat(x, samples, axis=0)  # noqa: E731
+        cache, slot_mask, logits, active = jax.tree.map(fan_out, (cache, slot_mask, logits, active))
+        batch *= samples
+    if state_shardings is not None:
+        cache = jax.lax.with_sharding_constraint(cache, state_shardings.cache)
     state = DecodeState(
-        cache=out.cache,
+        cache=cache,
         slot_mask=slot_mask,
         step=jnp.zeros((), jnp.int32),
         tokens=jnp.full((batch, new), pad_id, jnp.int32),
@@ -374,11 +385,11 @@ class Sampler:
             key=scalar,
         )
 
-    def _compiled(self, params: SamplingParams, batch: int, prompt_length: int):
-        """The jitted (prefill, decode) pair for one sampling setting and shape bucket."""
-        signature = (params, batch, prompt_length)
+    def _compiled(self, params: SamplingParams, batch: int, prompt_length: int, samples: int = 1):
+        """The jitted (prefill, decode) pair for one sampling setting, shape bucket and fan-out."""
+        signature = (params, batch, prompt_length, samples)
         if signature not in self._programs:
-            state_sh = self._state_shardings(batch, prompt_length + params.max_new_tokens)
+            state_sh = self._state_shardings(batch * samples, prompt_length + params.max_new_tokens)
             rows, matrix, scalar = shd.batch_sharding(self.mesh, 1), shd.batch_sharding(self.mesh, 2), shd.replicated(self.mesh)
 
             def counted(fn):
@@ -390,7 +401,7 @@ class Sampler:
                 return traced
 
             prefill_fn = jax.jit(
-                counted(functools.partial(prefill, self.graphdef, params, self.pad_id, state_sh)),
+                counted(functools.partial(prefill, self.graphdef, params, self.pad_id, state_sh, samples=samples)),
                 in_shardings=(self.param_shardings, matrix, matrix, rows, scalar, scalar),
                 out_shardings=state_sh,
             )
@@ -436,13 +447,17 @@ class Sampler:
         params: SamplingParams = SamplingParams(),
         *,
         model_state: nnx.State | None = None,
+        samples: int = 1,
     ) -> SampledTokens:
         """Generates from already tokenized, left-padded prompts; returns device arrays.
 
         ``prompt_ids``/``prompt_mask`` are ``[batch, length]`` (e.g. token ids kept in a replay
         buffer). The batch and length are padded to their buckets here; the returned arrays
-        cover the padded batch (the first ``batch`` rows are the prompts').
+        cover the padded batch times ``samples``, prompt-major: the first ``batch * samples``
+        rows are the prompts' (prompt i's samples in rows ``i * samples ... i * samples + samples - 1``).
         """
+        if not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
         prompt_ids, prompt_mask = np.asarray(prompt_ids), np.asarray(prompt_mask)
         if prompt_ids.ndim != 2 or prompt_ids.shape != prompt_mask.shape:
             raise ValueError(
@@ -469,7 +484,7 @@ class Sampler:
         mask[:batch, -keep:] = prompt_mask[:, -keep:]
         active = np.arange(rows) < batch
 
-        prefill_fn, decode_fn = self._compiled(params, rows, bucket)
+        prefill_fn, decode_fn = self._compiled(params, rows, bucket, samples)
         model_state = self.model_state if model_state is None else jax.device_put(model_state, self.param_shardings)
         stop_table = self._stop_table(params)
         state = prefill_fn(model_state, ids, mask, active, stop_table, key)
@@ -483,9 +498,11 @@ class Sampler:
         params: SamplingParams = SamplingParams(),
         *,
         model_state: nnx.State | None = None,
+        samples: int = 1,
     ) -> Generation:
-        """Generates one action per prompt. ``model_state`` defaults to the model's parameters."""
-        return self._generate(self.encode(prompts, params), key, params, model_state)
+        """Generates ``samples`` actions per prompt (prompt-major rows; the prompt is run once).
+        ``model_state`` defaults to the model's parameters."""
+        return self._generate(self.encode(prompts, params), key, params, model_state, samples)
 
     def generate_rows(
         self,
@@ -494,6 +511,7 @@ class Sampler:
         params: SamplingParams = SamplingParams(),
         *,
         model_state: nnx.State | None = None,
+        samples: int = 1,
     ) -> Generation:
         """Like :meth:`generate` from prompts already in token ids (one unpadded row each, e.g.
         kept in a replay buffer): no re-tokenization."""
@@ -502,12 +520,14 @@ class Sampler:
         limit = self.prompt_limit(params)
         rows = [np.asarray(r, np.int32)[-limit:] for r in rows]
         encoded = pad_rows(rows, self.pad_id, left=True, max_length=limit, min_bucket=min(self.min_prompt_bucket, limit))
-        return self._generate(encoded, key, params, model_state)
+        return self._generate(encoded, key, params, model_state, samples)
 
-    def _generate(self, encoded: Encoded, key: Array, params: SamplingParams, model_state) -> Generation:
-        out = self.generate_tokens(encoded.input_ids, encoded.attention_mask, key, params, model_state=model_state)
-        batch = encoded.input_ids.shape[0]
-        out = jax.device_get(jax.tree.map(lambda a: a[:batch], out))
+    def _generate(self, encoded: Encoded, key: Array, params: SamplingParams, model_state, samples: int = 1) -> Generation:
+        out = self.generate_tokens(
+            encoded.input_ids, encoded.attention_mask, key, params, model_state=model_state, samples=samples
+        )
+        rows = encoded.input_ids.shape[0] * samples
+        out = jax.device_get(jax.tree.map(lambda a: a[:rows], out))
         return self._finish(out, params, encoded)
 
     def _finish(self, out: SampledTokens, params: SamplingParams, prompt: Encoded) -> Generation:

@@ -300,3 +300,19 @@ def test_generate_rows_equals_generate_on_the_texts(policy, sampler):
     np.testing.assert_array_equal(from_rows.prompt.input_ids, from_texts.prompt.input_ids)
     with pytest.raises(ValueError, match="rows is empty"):
         sampler.generate_rows([], key, params)
+
+
+def test_several_samples_per_prompt_equal_the_prompts_repeated(sampler):
+    """``samples=k`` runs each prompt once and fans its cache out: the draws (prompt-major) and
+    their log-probs are those of the prompts repeated k times in one batch."""
+    prompts = ["Questions:\n", "Questions:\nIs it alive? Yes.\n", "Is it"]
+    params = SamplingParams(max_new_tokens=6, temperature=0.9)
+    key = jax.random.key(8)
+    fanned = sampler.generate(prompts, key, params, samples=3)
+    repeated = sampler.generate([p for p in prompts for _ in range(3)], key, params)
+    assert len(fanned.texts) == 9 and fanned.texts == repeated.texts
+    np.testing.assert_array_equal(fanned.tokens, repeated.tokens)
+    np.testing.assert_allclose(fanned.logprobs, repeated.logprobs, atol=1e-5)
+    assert len({tuple(r) for r in fanned.tokens[:3].tolist()}) > 1  # a prompt's samples differ
+    with pytest.raises(ValueError, match="samples must be an integer >= 1"):
+        sampler.generate(prompts, key, params, samples=0)

@@ -25,10 +25,13 @@ class ChaiChoice(NamedTuple):
     candidates: Generation  # all batch * k samples, observation-major
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _q_values(graphdef: nnx.GraphDef, params: nnx.State, observation: Tokens, action: Tokens):
-    values = nnx.merge(graphdef, params)(observation, action)
-    return values.q1, values.q2
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _q_values(graphdef: nnx.GraphDef, params: nnx.State, observation: Tokens, action: Tokens, k: int):
+    """``Q̄_i`` of ``k`` actions per observation (``action`` rows observation-major); each
+    observation is encoded once, not once per candidate."""
+    critic = nnx.merge(graphdef, params)
+    state = jnp.repeat(critic.embed(observation), k, axis=0)
+    return critic.q_values(state, critic.embed(action))
 
 
 def _pad_rows(tokens: Tokens, rows: int) -> Tokens:
@@ -51,15 +54,16 @@ def chai_actions(
     max_length: int = 512,
 ) -> ChaiChoice:
     """For each observation, ``k`` samples from the (frozen) policy scored by the target critic's
-    ``min(Q̄1, Q̄2)``; the highest-scoring one is chosen."""
+    ``min(Q̄1, Q̄2)``; the highest-scoring one is chosen. The prompt is run through the policy
+    once per observation (the sampler's fan-out) and encoded once by the critic."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    repeated = [o for o in observations for _ in range(k)]
-    generation = sampler.generate(repeated, key, params, model_state=model_state)
-    rows = next_power_of_two(len(repeated))
-    obs = _pad_rows(tokenize(critic_tokenizer, repeated, max_length), rows)
-    act = _pad_rows(tokenize(critic_tokenizer, generation.texts, max_length), rows)
-    q1, q2 = (jnp.reshape(q[: len(repeated)], (len(observations), k)) for q in _q_values(critic_graphdef, target_params, obs, act))
+    generation = sampler.generate(observations, key, params, model_state=model_state, samples=k)
+    rows = next_power_of_two(len(observations))
+    obs = _pad_rows(tokenize(critic_tokenizer, observations, max_length), rows)
+    act = _pad_rows(tokenize(critic_tokenizer, generation.texts, max_length), rows * k)
+    batch = len(observations) * k
+    q1, q2 = (jnp.reshape(q[:batch], (len(observations), k)) for q in _q_values(critic_graphdef, target_params, obs, act, k))
     index = np.asarray(chai_select(q1, q2))
     texts = [generation.texts[i * k + j] for i, j in enumerate(index)]
     return ChaiChoice(texts, index, np.asarray(jnp.minimum(q1, q2)), generation)
