@@ -96,6 +96,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.max_nonfinite_steps = 10  # consecutive skipped (non-finite) steps that stop the run
     c.use_wandb = False
     c.wandb_project = "archer_jax"
+    # JAX's persistent compilation cache: a second run (another seed, a resume) loads its compiled
+    # programs instead of compiling them again. "" = off. JAX_COMPILATION_CACHE_DIR, when set, wins.
+    c.compilation_cache = "~/.cache/archer_jax/xla"
 
     # Device mesh (-1 = all remaining devices).
     c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))

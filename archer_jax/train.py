@@ -66,6 +66,14 @@ def _record_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
     path.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
 
 
+def _use_compilation_cache(directory: str) -> None:
+    """Turns on JAX's persistent compilation cache in ``directory`` unless one is already set."""
+    if directory and not jax.config.jax_compilation_cache_dir:
+        path = Path(directory).expanduser()
+        path.mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", str(path))
+
+
 def warm_start(trainer: Trainer, states: States, writers: report.Writers) -> tuple[States, dict[str, Any]]:
     """SFT on the demonstrations of ``config.sft_data``; the actor's Adam starts fresh after it."""
     from tqdm.auto import tqdm
@@ -102,6 +110,7 @@ def warm_start(trainer: Trainer, states: States, writers: report.Writers) -> tup
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict[str, Any]:
     """Trains (or resumes) the run in ``workdir``; returns the summary written to summary.json."""
     validate(config)
+    _use_compilation_cache(config.compilation_cache)
     workdir = Path(workdir).expanduser()
     workdir.mkdir(parents=True, exist_ok=True)
     _record_config(config, workdir)
