@@ -149,6 +149,25 @@ class JaxArcher:
         return (times[self.w.new_tokens] - times[1]) / (self.w.new_tokens - 1)
 
 
+def print_top_ops(trace_dir: Path, iterations: int, top: int = 15) -> None:
+    """The XLA ops that took the most time in the trace (summed over calls, per iteration)."""
+    import collections
+    import gzip
+    import json
+
+    path = max(trace_dir.glob("**/*.trace.json.gz"), key=lambda p: p.stat().st_mtime)
+    events = json.load(gzip.open(path))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    total, calls = collections.Counter(), collections.Counter()
+    for e in events:  # complete events of compiled ops (Python frames start with "$")
+        if e.get("ph") == "X" and not e["name"].startswith("$") and "Thunk" not in e["name"]:
+            total[e["name"]] += e.get("dur", 0)
+            calls[e["name"]] += 1
+    print(f"top XLA ops per iteration ({path}):")
+    for name, micros in total.most_common(top):
+        print(f"  {micros / 1e3 / iterations:9.1f} ms  x{calls[name] // iterations:<5d} {name}")
+
+
 def _phases(w: Workload, rollout_s: float, critic_s: float, actor_s: float, tokens: int) -> dict[str, float]:
     return dict(rollout_s=rollout_s, critic_s=critic_s, actor_s=actor_s, iteration_s=rollout_s + critic_s + actor_s,
                 critic_step_s=critic_s / max(1, w.critic_epochs), actor_step_s=actor_s / max(1, w.actor_epochs),
@@ -165,10 +184,11 @@ def bench_ours(w: Workload, data: Data, tokenizer, args) -> dict:
     ours.iteration(data)  # compiles every program
     warm = time.perf_counter() - start
     if args.profile:
-        jax.profiler.start_trace(str(Path(args.profile) / w.name))
+        jax.profiler.start_trace(str(Path(args.profile) / w.name), create_perfetto_trace=True)
     runs = [ours.iteration(data) for _ in range(args.repeats)]
     if args.profile:
         jax.profiler.stop_trace()
+        print_top_ops(Path(args.profile) / w.name, args.repeats)
     result = _median(runs)
     result["compile_s"] = warm - result["iteration_s"]
     flops, peak = step_flops(w), peak_flops(jax.devices()[0], args.dtype, args.peak_flops)

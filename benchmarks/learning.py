@@ -99,7 +99,7 @@ def plot(curve: dict, path: Path, title: str) -> None:
         (line,) = ax.plot(c["env_samples"], c["mean"], marker="o", label=LABELS.get(agent, agent))
         ax.fill_between(c["env_samples"], c["low"], c["high"], color=line.get_color(), alpha=0.2)
     ax.set_xlabel("env samples (transitions collected)")
-    ax.set_ylabel("greedy eval return (32 fixed games)")
+    ax.set_ylabel("eval return, 32 fixed games\n(greedy; CHAI: its best of k samples)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -128,13 +128,21 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at once (2 fills a 2-core CPU best)")
     parser.add_argument("--override", nargs="*", default=[], help="config overrides for every run, key=value")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--report-only", action="store_true", help="no training: tables and plot from the summaries")
     args = parser.parse_args()
 
     jobs = [(a, s) for s in args.seeds for a in args.agents]
-    start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_one, args.config, args.workdir.resolve(), a, s, args.override) for a, s in jobs]
-        summaries = [f.result() for f in futures]
+    start, previous = time.perf_counter(), {}
+    if args.report_only:
+        summaries = [json.loads((args.workdir / f"{a}_seed{s}" / "summary.json").read_text()) for a, s in jobs]
+        previous = json.loads((args.out / "learning.json").read_text()) if (args.out / "learning.json").is_file() else {}
+        walls = {(r["agent"], r["seed"]): r.get("benchmark_wall_s") for r in previous.get("runs", [])}
+        for s in summaries:
+            s["benchmark_wall_s"] = walls.get((s["agent"], s["config"]["seed"]))
+    else:
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = [pool.submit(run_one, args.config, args.workdir.resolve(), a, s, args.override) for a, s in jobs]
+            summaries = [f.result() for f in futures]
     rows = aggregate(summaries)
     curve = curves(summaries)
     title = f"{args.config}: {len(args.seeds)} seeds, band = min..max"
@@ -143,7 +151,8 @@ def main() -> None:
     text = table(rows)
     (args.out / "learning.md").write_text(text + "\n")
     result = dict(benchmark="learning", machine=machine(), config=dict(vars(args), workdir=str(args.workdir),
-                  out=str(args.out)), seconds=time.perf_counter() - start, rows=rows, curves=curve,
+                  out=str(args.out)), seconds=previous.get("seconds") if args.report_only else time.perf_counter() - start,
+                  rows=rows, curves=curve,
                   runs=[{k: s[k] for k in ("agent", "env_samples", "episodes", "evals", "sft", "wall_time_s",
                                            "benchmark_wall_s")} | dict(seed=s["config"]["seed"]) for s in summaries])
     (args.out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
