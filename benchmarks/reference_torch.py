@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import time
 
 import numpy as np
@@ -193,19 +194,14 @@ def run_iteration(agent: TorchArcher, data: Data) -> dict[str, float]:
 
 
 def warm_up(agent: TorchArcher, data: Data) -> None:
-    """One micro-batch of each phase, so that allocator and kernel set-up stay out of the timings."""
+    """One turn and one micro-batch of each step, so that allocator and kernel set-up stay out of
+    the timings."""
     agent.rollout(data.prompts[:1])
+    full, agent.w = agent.w, dataclasses.replace(agent.w, micro_batches=1)
     one = lambda s: {k: v[: agent.w.batch] for k, v in s.items()}  # noqa: E731
-    b, agent.w = agent.w, _one_micro_batch(agent.w)
     agent.critic_step(one(data.critic_samples[0]))
     agent.actor_step(one(data.actor_samples[0]))
-    agent.w = b
-
-
-def _one_micro_batch(w: Workload) -> Workload:
-    import dataclasses
-
-    return dataclasses.replace(w, micro_batches=1)
+    agent.w = full
 
 
 def main() -> None:
