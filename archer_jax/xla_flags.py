@@ -5,6 +5,8 @@ default. On our programs they are about twice as slow as XLA's own kernels: the 
 ``probs @ V`` dot and the bias-gradient reductions at [32, 4, 256, 256] took ~200 ms each
 instead of ~25 ms (benchmarks/README.md, "Speed work"). We turn them off unless the user already
 chose a setting in ``XLA_FLAGS``. The option is CPU-only; GPU and TPU programs are unaffected.
+The sampler's programs are compiled with the fusions on (:data:`SAMPLER_CPU_OPTIONS`): there
+they make decoding faster.
 
 JAX reads ``XLA_FLAGS`` when it creates its first backend, so this runs when archer_jax is
 imported; it does nothing if a backend already exists (then set ``XLA_FLAGS`` yourself).
