@@ -15,6 +15,7 @@ imported; it does nothing if a backend already exists (then set ``XLA_FLAGS`` yo
 from __future__ import annotations
 
 import os
+from importlib import metadata
 
 CPU_FLAGS = {"xla_cpu_experimental_ynn_fusion_type": ""}  # "" = no YNNPACK fusions
 
@@ -26,14 +27,30 @@ SAMPLER_CPU_OPTIONS = {
 }
 
 
+# The XLA releases these options were checked against: an XLA that does not know an option
+# refuses it (a fatal error for XLA_FLAGS), so other jaxlib versions get XLA's own defaults.
+CHECKED_JAXLIB = ("0.10.",)
+
+
+def options_known() -> bool:
+    """Whether the installed jaxlib is one whose XLA has these options."""
+    try:
+        return metadata.version("jaxlib").startswith(CHECKED_JAXLIB)
+    except metadata.PackageNotFoundError:
+        return False
+
+
 def sampler_compiler_options(backend: str) -> dict[str, str] | None:
     """Per-program XLA options for the sampler on ``backend`` (None: the process defaults)."""
-    return dict(SAMPLER_CPU_OPTIONS) if backend == "cpu" else None
+    return dict(SAMPLER_CPU_OPTIONS) if backend == "cpu" and options_known() else None
 
 
-def set_default_flags(environ=os.environ) -> str:
-    """Appends each of :data:`CPU_FLAGS` to ``XLA_FLAGS`` unless it is already there; returns the result."""
+def set_default_flags(environ=os.environ, known: bool | None = None) -> str:
+    """Appends each of :data:`CPU_FLAGS` to ``XLA_FLAGS`` unless it is already there (or the
+    installed XLA may not know it: ``known``, default :func:`options_known`); returns the result."""
     flags = environ.get("XLA_FLAGS", "")
+    if not (options_known() if known is None else known):
+        return flags
     for name, value in CPU_FLAGS.items():
         if name not in flags:
             flags = f"{flags} --{name}={value}".strip()
