@@ -38,7 +38,7 @@ from archer_jax import learners, models, sharding
 from archer_jax.models import tiny
 from archer_jax.sampling import Sampler, SamplingParams
 from common import RESULTS, decode_floor_s, machine, peak_bandwidth, peak_flops, print_table, write_result
-from workload import Data, Workload, make_data, step_flops, to_critic_ids, workloads
+from workload import Data, Workload, make_data, phase_times, step_flops, to_critic_ids, workloads
 
 
 def _tokens(ids: np.ndarray, micro_batches: int) -> learners.Tokens:
@@ -129,7 +129,7 @@ class JaxArcher:
         for sample in data.actor_samples:
             self.actor_step(sample)
         actor_s = time.perf_counter() - start - rollout_s - critic_s
-        return _phases(self.w, rollout_s, critic_s, actor_s, tokens) | {
+        return phase_times(self.w, rollout_s, critic_s, actor_s, tokens) | {
             k: v / max(1, self.w.critic_epochs if k.startswith("critic") else self.w.actor_epochs)
             for k, v in self.timers.items()
         }
@@ -168,12 +168,6 @@ def print_top_ops(trace_dir: Path, iterations: int, top: int = 15) -> None:
         print(f"  {micros / 1e3 / iterations:9.1f} ms  x{calls[name] // iterations:<5d} {name}")
 
 
-def _phases(w: Workload, rollout_s: float, critic_s: float, actor_s: float, tokens: int) -> dict[str, float]:
-    return dict(rollout_s=rollout_s, critic_s=critic_s, actor_s=actor_s, iteration_s=rollout_s + critic_s + actor_s,
-                critic_step_s=critic_s / max(1, w.critic_epochs), actor_step_s=actor_s / max(1, w.actor_epochs),
-                rollout_tokens=tokens, rollout_tokens_per_s=tokens / rollout_s)
-
-
 def _median(runs: list[dict]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
@@ -202,8 +196,8 @@ def bench_ours(w: Workload, data: Data, tokenizer, args) -> dict:
         prompts = data.prompts[-1]
         step = ours.decode_step_s(prompts)
         param_bytes = sum(x.nbytes for x in jax.tree.leaves(ours.learner.policy_params(ours.actor_state)))
-        slots = ours.sampler.batch_bucket(len(prompts)), prompts.shape[1] + w.new_tokens
-        floor = decode_floor_s(param_bytes, w.policy, *slots, jnp.dtype(args.dtype).itemsize, bandwidth)
+        rows, slots = ours.sampler.batch_bucket(len(prompts)), prompts.shape[1] + w.new_tokens
+        floor = decode_floor_s(param_bytes, w.policy, rows, slots, jnp.dtype(args.dtype).itemsize, bandwidth)
         result.update(decode_step_ms=1e3 * step, decode_roofline_fraction=floor / step)
     return result
 

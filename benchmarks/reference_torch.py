@@ -32,7 +32,7 @@ import torch
 import transformers
 from torch import nn
 
-from workload import Data, Workload, make_data, to_critic_ids, workloads
+from workload import Data, Workload, make_data, phase_times, to_critic_ids, workloads
 
 
 def _mlp(d_in: int, d: int) -> nn.Sequential:
@@ -178,19 +178,11 @@ def run_iteration(agent: TorchArcher, data: Data) -> dict[str, float]:
         times[name] = time.perf_counter() - start
 
     agent.generated_tokens = 0
-    timed("rollout_s", agent.rollout, data.prompts)
+    timed("rollout", agent.rollout, data.prompts)
     rollout_tokens = agent.generated_tokens
-    timed("critic_s", lambda: [agent.critic_step(s) for s in data.critic_samples])
-    timed("actor_s", lambda: [agent.actor_step(s) for s in data.actor_samples])
-    w = agent.w
-    return dict(
-        times,
-        iteration_s=sum(times.values()),
-        critic_step_s=times["critic_s"] / max(1, w.critic_epochs),
-        actor_step_s=times["actor_s"] / max(1, w.actor_epochs),
-        rollout_tokens=rollout_tokens,
-        rollout_tokens_per_s=rollout_tokens / times["rollout_s"],
-    )
+    timed("critic", lambda: [agent.critic_step(s) for s in data.critic_samples])
+    timed("actor", lambda: [agent.actor_step(s) for s in data.actor_samples])
+    return phase_times(agent.w, times["rollout"], times["critic"], times["actor"], rollout_tokens)
 
 
 def warm_up(agent: TorchArcher, data: Data) -> None:

@@ -126,27 +126,26 @@ def to_critic_ids(policy_ids: np.ndarray, critic_vocab: int) -> np.ndarray:
     return (3 + policy_ids % (critic_vocab - 3)).astype(np.int32)
 
 
-def parameter_count(config, embeddings: bool = False) -> int:
-    """Matmul parameters of a transformer config (no embeddings unless asked), for FLOP counts."""
+def _dims(config) -> tuple[int, int, int]:
+    """(layers, width, MLP width) of a GPT-2 or RoBERTa config."""
     if isinstance(config, models.GPT2Config):
-        d, layers, inner, vocab = config.n_embd, config.n_layer, 4 * config.n_embd, config.vocab_size
-    else:
-        d, layers, inner, vocab = config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size
-    body = layers * (4 * d * d + 2 * d * inner)
-    return body + (vocab * d if embeddings else 0)
-
-
-def _layers_width(config) -> tuple[int, int]:
-    if isinstance(config, models.GPT2Config):
-        return config.n_layer, config.n_embd
-    return config.num_hidden_layers, config.hidden_size
+        return config.n_layer, config.n_embd, 4 * config.n_embd
+    return config.num_hidden_layers, config.hidden_size, config.intermediate_size
 
 
 def forward_flops(config, batch: int, length: int) -> float:
     """Matmul FLOPs of one encoder/decoder forward over ``batch`` sequences of ``length`` tokens
     (projections + attention scores and mixing; no LM head)."""
-    layers, d = _layers_width(config)
-    return 2.0 * parameter_count(config) * batch * length + 4.0 * layers * batch * length * length * d
+    layers, d, inner = _dims(config)
+    matmul_params = layers * (4 * d * d + 2 * d * inner)
+    return 2.0 * matmul_params * batch * length + 4.0 * layers * batch * length * length * d
+
+
+def phase_times(w: Workload, rollout_s: float, critic_s: float, actor_s: float, tokens: int) -> dict[str, float]:
+    """An iteration's phase seconds and what the ratio table reads from them (both sides)."""
+    return dict(rollout_s=rollout_s, critic_s=critic_s, actor_s=actor_s, iteration_s=rollout_s + critic_s + actor_s,
+                critic_step_s=critic_s / max(1, w.critic_epochs), actor_step_s=actor_s / max(1, w.actor_epochs),
+                rollout_tokens=tokens, rollout_tokens_per_s=tokens / rollout_s)
 
 
 def step_flops(w: Workload) -> dict[str, float]:
