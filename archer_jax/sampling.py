@@ -18,8 +18,10 @@ How it runs:
   ``"\\n"``). The stop token stays in ``tokens`` so that the actor can learn to end its turn.
   A multi-character stop string split across two tokens is also found, on the host: the text and
   tokens are cut there, though the device kept sampling that row until its other limits.
-* Randomness is per row: row ``i``'s key at step ``t`` is ``fold_in(fold_in(key, i), t)``, so a
-  row's sample depends on its prompt and the key, not on the batch around it or the mesh.
+* Randomness is per row: row ``i``'s draw at step ``t`` is a uniform from
+  ``fold_in(fold_in(key, i), t)``, so a row's sample depends on its prompt and the key, not on the
+  batch around it or the mesh. The prefill draws every row's uniforms for all steps in one call
+  (on CPUs each threefry call is a small loop of its own; per step they cost more than the model).
 * Given a mesh, batch arrays are split over its ``data``/``fsdp`` axes, the KV cache's heads
   over ``tensor``, and the parameters by their logical axes (:mod:`archer_jax.sharding`).
 """
@@ -111,7 +113,7 @@ class DecodeState(NamedTuple):
     sample_logprobs: Array
     lengths: Array  # [batch]
     done: Array  # [batch]
-    key: Array  # the call's base key
+    uniforms: Array  # [batch, max_new_tokens] float32: row i's draw at step t (unused when greedy)
 
 
 def stop_token_table(tokenizer, stop_strings: Sequence[str], vocab_size: int) -> np.ndarray:
@@ -171,24 +173,26 @@ def filter_logits(logits: Array, params: SamplingParams) -> Array:
     return x
 
 
-def _row_keys(key: Array, rows: Array, step: Array) -> Array:
-    return jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(key, r), step))(rows)
+def row_uniforms(key: Array, rows: int, steps: int) -> Array:
+    """``[rows, steps]`` uniforms in [0, 1): entry (i, t) is drawn from ``fold_in(fold_in(key, i), t)``."""
+    draw = lambda r, t: jax.random.uniform(jax.random.fold_in(jax.random.fold_in(key, r), t), ())  # noqa: E731
+    return jax.vmap(lambda r: jax.vmap(lambda t: draw(r, t))(jnp.arange(steps)))(jnp.arange(rows))
 
 
-def sample_categorical(keys: Array, logits: Array) -> Array:
-    """One draw per row from ``softmax(logits)`` by inverting the CDF with one uniform per row
-    (``-inf`` logits are never drawn). Exact, and far fewer random bits than Gumbel-max."""
+def sample_categorical(u: Array, logits: Array) -> Array:
+    """One draw per row from ``softmax(logits)`` by inverting the CDF with the row's uniform
+    ``u`` (``[batch]``; ``-inf`` logits are never drawn). Exact, and far fewer random bits than
+    Gumbel-max."""
     probs = jax.nn.softmax(logits, axis=-1)
     cdf = jnp.cumsum(probs, axis=-1)
-    u = jax.vmap(lambda k: jax.random.uniform(k, ()))(keys)
     below = jnp.sum(cdf <= (u * cdf[:, -1])[:, None], axis=-1)
     # Rounding can put u * total at the very top of the CDF: stay on a token with mass.
     last = logits.shape[-1] - 1 - jnp.argmax((probs > 0)[:, ::-1], axis=-1)
     return jnp.minimum(below, last).astype(jnp.int32)
 
 
-def choose_tokens(logits: Array, keys: Array, params: SamplingParams) -> tuple[Array, Array, Array]:
-    """Picks one token per row of ``logits`` (``[batch, vocab]``) with ``keys`` (one per row).
+def choose_tokens(logits: Array, u: Array, params: SamplingParams) -> tuple[Array, Array, Array]:
+    """Picks one token per row of ``logits`` (``[batch, vocab]``) with ``u`` (one uniform per row).
 
     Returns the tokens, their log-probs under the model (``log_softmax(logits)``), and their
     log-probs under the sampling distribution (0 for greedy).
@@ -199,7 +203,7 @@ def choose_tokens(logits: Array, keys: Array, params: SamplingParams) -> tuple[A
         sample_lp = jnp.zeros(tokens.shape, jnp.float32)
     else:
         filtered = filter_logits(logits, params)
-        tokens = sample_categorical(keys, filtered)
+        tokens = sample_categorical(u, filtered)
         sample_lp = jnp.take_along_axis(jax.nn.log_softmax(filtered, axis=-1), tokens[:, None], -1)[:, 0]
     model_lp = jnp.take_along_axis(model_logprobs, tokens[:, None], -1)[:, 0]
     return tokens, model_lp, sample_lp
@@ -209,8 +213,8 @@ def _record(
     state: DecodeState, step: Array, logits: Array, stop_table: Array, pad_id: int, params: SamplingParams
 ) -> DecodeState:
     """Samples token ``step`` from ``logits`` for the rows not yet done and updates the state."""
-    rows = jnp.arange(logits.shape[0])
-    token, lp, slp = choose_tokens(logits, _row_keys(state.key, rows, step), params)
+    u = jax.lax.dynamic_index_in_dim(state.uniforms, step, axis=1, keepdims=False)
+    token, lp, slp = choose_tokens(logits, u, params)
     live = ~state.done
     token = jnp.where(live, token, pad_id)
     column = lambda a, v: jax.lax.dynamic_update_slice_in_dim(a, v[:, None].astype(a.dtype), step, axis=1)  # noqa: E731
@@ -265,7 +269,7 @@ def prefill(
         sample_logprobs=jnp.zeros((batch, new), jnp.float32),
         lengths=jnp.zeros((batch,), jnp.int32),
         done=~active.astype(bool),
-        key=key,
+        uniforms=jnp.zeros((batch, new), jnp.float32) if params.greedy else row_uniforms(key, batch, new),
     )
     return _record(state, state.step, logits, stop_table, pad_id, params)
 
@@ -383,7 +387,7 @@ class Sampler:
             sample_logprobs=matrix,
             lengths=rows,
             done=rows,
-            key=scalar,
+            uniforms=matrix,
         )
 
     def _compiled(self, params: SamplingParams, batch: int, prompt_length: int, samples: int = 1):

@@ -7,6 +7,7 @@ import pytest
 from flax import nnx
 
 from archer_jax import models
+from archer_jax.models import attention
 from tests import hf_reference as ref
 
 LENGTHS = (11, 4, 8)  # rows of different lengths, left-padded
@@ -62,9 +63,14 @@ def test_bfloat16_logits_within_2e_2_relative(tmp_path):
     assert ref.relative_error(out.logits, ref.gpt2_logits(hf, ids, mask), mask) < 2e-2
 
 
-def test_kv_cache_prefill_then_decode_matches_full_forward(tmp_path):
+@pytest.mark.parametrize("blocked", [False, True])
+def test_kv_cache_prefill_then_decode_matches_full_forward(tmp_path, monkeypatch, blocked):
     """Prefill a left-padded prompt, decode token by token (jitted, traced cache index): each
-    step's logits equal the full-sequence forward's at that position."""
+    step's logits equal the full-sequence forward's at that position. ``blocked``: attention over
+    one batch row at a time, as on CPUs at training sizes."""
+    if blocked:
+        monkeypatch.setattr(attention, "CPU_BLOCK_BYTES", 1)
+        monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
     hf = ref.gpt2(seed=5)
     model = models.load_gpt2(ref.save(hf, tmp_path / "m", "safetensors"))
     prompt_len, new = 8, 5

@@ -7,7 +7,8 @@ import pytest
 from flax import nnx
 
 from archer_jax import models
-from archer_jax.models.attention import dot_product_attention
+from archer_jax.models import attention
+from archer_jax.models.attention import block_rows, dot_product_attention
 from archer_jax.models.layers import activation
 
 
@@ -35,24 +36,94 @@ def test_roberta_parameters_carry_logical_axis_names():
     assert all(len(spec) > 0 for spec in specs.values())
 
 
-def test_dot_product_attention_against_numpy():
+@pytest.mark.parametrize("block_bytes", [None, 1, 200])  # one block; a block per row; two rows per block
+def test_dot_product_attention_against_numpy(block_bytes):
     rng = np.random.default_rng(0)
-    q, k, v = (rng.normal(size=(2, 2, 3, 4)).astype(np.float32) for _ in range(3))  # [batch, heads, len, dim]
-    mask = rng.random((2, 1, 3, 3)) > 0.3
+    q, k, v = (rng.normal(size=(4, 2, 3, 4)).astype(np.float32) for _ in range(3))  # [batch, heads, len, dim]
+    mask = rng.random((4, 1, 3, 3)) > 0.3
     mask[..., 0] = True
-    out = dot_product_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(mask), 0.5)
+    out = dot_product_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(mask), 0.5, block_bytes=block_bytes)
     expected = np.zeros_like(q)
-    for b, h, i in np.ndindex(2, 2, 3):  # one query row at a time
+    for b, h, i in np.ndindex(4, 2, 3):  # one query row at a time
         scores = np.where(mask[b, 0, i], k[b, h] @ q[b, h, i] * 0.5, -np.inf)
         weights = np.exp(scores - scores.max())
         expected[b, h, i] = (weights / weights.sum()) @ v[b, h]
     np.testing.assert_allclose(np.asarray(out), expected, atol=1e-5)
 
 
-def test_fully_masked_query_row_is_finite():
-    x = jnp.ones((1, 1, 2, 4))
-    out = dot_product_attention(x, x, x, jnp.zeros((1, 1, 2, 2), bool), 1.0)
+@pytest.mark.parametrize("block_bytes", [None, 1])
+def test_fully_masked_query_row_is_finite(block_bytes):
+    x = jnp.ones((2, 1, 2, 4))
+    out = dot_product_attention(x, x, x, jnp.zeros((2, 1, 2, 2), bool), 1.0, block_bytes=block_bytes)
     assert bool(jnp.isfinite(out).all())
+
+
+def test_block_rows_divides_the_batch_and_fits_the_budget():
+    per_row = 4 * 2 * 8 * 8  # float32 scores of one row: 2 heads, 8 x 8
+    assert block_rows(6, 2, 8, 8, None) is None
+    assert block_rows(6, 2, 8, 8, 6 * per_row) is None  # the whole batch fits: one block
+    assert block_rows(6, 2, 8, 8, 4 * per_row) == 3  # 4 rows fit, 3 divides 6
+    assert block_rows(6, 2, 8, 8, 1) == 1
+    assert block_rows(7, 2, 8, 8, 3 * per_row) == 1  # 7 is prime
+
+
+def _attention_problem(dtype=np.float32, causal=False, seed=0):
+    rng = np.random.default_rng(seed)
+    q, k, v = (jnp.asarray(rng.normal(size=(4, 3, 6, 8)), dtype) for _ in range(3))
+    lengths = np.array([6, 2, 4, 1])
+    mask = (np.arange(6)[None, :] < lengths[:, None])[:, None, None, :]  # right padding: [4, 1, 1, 6]
+    if causal:
+        mask = mask & np.tril(np.ones((6, 6), bool))[None, None]
+    mask = mask.copy()
+    mask[3, ..., :] = False  # a row with no key at all
+    return q, k, v, jnp.asarray(mask)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_blocked_attention_gradients_match_autodiff(causal):
+    """The blocked path's hand-written backward against JAX's autodiff of the one-block path."""
+    q, k, v, mask = _attention_problem(causal=causal)
+    weights = jnp.asarray(np.random.default_rng(1).normal(size=q.shape), jnp.float32)
+
+    def loss(block_bytes):
+        return lambda q, k, v: jnp.sum(jnp.sin(dot_product_attention(q, k, v, mask, 0.3, block_bytes=block_bytes)) * weights)
+
+    expected = jax.grad(loss(None), argnums=(0, 1, 2))(q, k, v)
+    for block_bytes in (1, 2 * 4 * 3 * 36):  # one row per block; two rows per block
+        got = jax.jit(jax.grad(loss(block_bytes), argnums=(0, 1, 2)))(q, k, v)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(e), atol=2e-5)
+
+
+def test_blocked_attention_bfloat16_follows_float32():
+    q, k, v, mask = _attention_problem(dtype=jnp.bfloat16)
+    f32 = dot_product_attention(*(x.astype(jnp.float32) for x in (q, k, v)), mask, 0.3, block_bytes=None)
+    out = dot_product_attention(q, k, v, mask, 0.3, block_bytes=1)
+    grads = jax.grad(lambda q: jnp.sum(dot_product_attention(q, k, v, mask, 0.3, block_bytes=1).astype(jnp.float32)))(q)
+    assert out.dtype == grads.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(f32), atol=3e-2)
+
+
+def test_blocked_attention_on_a_batch_sharded_mesh():
+    """Blocks split a batch that is sharded over devices: same numbers as one device."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    devices = np.array(jax.devices()[:4])
+    if devices.size < 4:
+        pytest.skip("needs 4 devices (tests/conftest.py asks XLA for 8 CPU devices)")
+    q, k, v, mask = _attention_problem()
+    expected = dot_product_attention(q, k, v, mask, 0.3, block_bytes=None)
+    sharding = NamedSharding(Mesh(devices, ("data",)), PartitionSpec("data"))
+    q, k, v, mask = jax.device_put((q, k, v, mask), sharding)
+    got = jax.jit(lambda q, k, v, m: dot_product_attention(q, k, v, m, 0.3, block_bytes=1))(q, k, v, mask)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=1e-6)
+
+
+def test_attention_blocks_by_default_on_cpu_only(monkeypatch):
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert attention.default_block_bytes() is None
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    assert attention.default_block_bytes() == attention.CPU_BLOCK_BYTES
 
 
 def test_unknown_activation_names_itself():

@@ -2,19 +2,24 @@
 
 import logging
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from archer_jax import models
+from archer_jax.models import attention
 from tests import hf_reference as ref
 
 LENGTHS = (9, 3, 6)  # rows of different lengths, right-padded
 PAD = 1
 
 
-@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
-def test_float32_hidden_states_and_pooled_output_match(tmp_path, fmt):
+@pytest.mark.parametrize("fmt, blocked", [("safetensors", False), ("bin", False), ("safetensors", True)])
+def test_float32_hidden_states_and_pooled_output_match(tmp_path, monkeypatch, fmt, blocked):
+    if blocked:  # attention over one batch row at a time, as on CPUs at training sizes
+        monkeypatch.setattr(attention, "CPU_BLOCK_BYTES", 1)
+        monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
     hf = ref.roberta(seed=1)
     ours = models.load_roberta(ref.save(hf, tmp_path / fmt, fmt))
     ids, mask = ref.padded_batch(LENGTHS, 10, "right", pad_id=PAD)
