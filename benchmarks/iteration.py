@@ -10,7 +10,9 @@ inputs; random weights, nothing downloaded):
     per micro-batch, eager forward/backward per micro-batch, ``torch.optim.Adam``).
 
 Each side first runs a warm-up (ours: a whole iteration, which compiles every program; the
-compile time is reported), then ``--repeats`` timed iterations (median). The table gives, per
+compile time is reported), then ``--repeats`` timed rounds of one iteration of ours followed by
+one of the reference (medians; interleaved, so that a machine whose speed drifts slows both
+sides alike; each round's full-iteration ratio is kept in the JSON). The table gives, per
 size, rollout tokens/s, the critic step, the actor step and the full iteration, and the ratio
 (reference time / ours). With a known peak (GPU/TPU table in common.py, or ``--peak-flops``) it
 adds the MFU of our critic and actor programs and, with a known bandwidth, the decode step's
@@ -172,19 +174,12 @@ def _median(runs: list[dict]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def bench_ours(w: Workload, data: Data, tokenizer, args) -> dict:
-    ours = JaxArcher(w, tokenizer, jnp.dtype(args.dtype))
-    start = time.perf_counter()
-    ours.iteration(data)  # compiles every program
-    warm = time.perf_counter() - start
-    if args.profile:
-        jax.profiler.start_trace(str(Path(args.profile) / w.name), create_perfetto_trace=True)
-    runs = [ours.iteration(data) for _ in range(args.repeats)]
-    if args.profile:
-        jax.profiler.stop_trace()
-        print_top_ops(Path(args.profile) / w.name, args.repeats)
+def ours_summary(ours: JaxArcher, data: Data, runs: list[dict], warm_s: float, args) -> dict:
+    """Median of our timed iterations plus compile time, TFLOP/s, and (with a known peak) MFU
+    and the decode step's roofline fraction."""
+    w = ours.w
     result = _median(runs)
-    result["compile_s"] = warm - result["iteration_s"]
+    result["compile_s"] = warm_s - result["iteration_s"]
     flops, peak = step_flops(w), peak_flops(jax.devices()[0], args.dtype, args.peak_flops)
     result.update(critic_program_tflops=flops["critic"] / result["critic_program_s"] / 1e12,
                   actor_program_tflops=flops["actor"] / result["actor_program_s"] / 1e12)
@@ -202,15 +197,39 @@ def bench_ours(w: Workload, data: Data, tokenizer, args) -> dict:
     return result
 
 
-def bench_reference(w: Workload, data: Data, args) -> dict:
-    import torch
+def bench(w: Workload, data: Data, tokenizer, args) -> tuple[dict, dict | None]:
+    """Both sides on one workload: each warmed up, then ``repeats`` rounds of one iteration of
+    ours followed by one of the reference, so that a machine whose speed drifts (a shared VM)
+    slows both alike. Returns (ours, reference) medians; reference None with ``--no-reference``."""
+    ours = JaxArcher(w, tokenizer, jnp.dtype(args.dtype))
+    start = time.perf_counter()
+    ours.iteration(data)  # compiles every program
+    warm_s = time.perf_counter() - start
+    agent = None
+    if not args.no_reference:
+        import torch
 
-    import reference_torch
+        import reference_torch
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    agent = reference_torch.TorchArcher(w, device)
-    reference_torch.warm_up(agent, data)
-    return _median([reference_torch.run_iteration(agent, data) for _ in range(args.repeats)])
+        agent = reference_torch.TorchArcher(w, "cuda" if torch.cuda.is_available() else "cpu")
+        reference_torch.warm_up(agent, data)
+    ours_runs, ref_runs = [], []
+    for _ in range(args.repeats):
+        if args.profile:
+            jax.profiler.start_trace(str(Path(args.profile) / w.name / str(len(ours_runs))), create_perfetto_trace=True)
+        ours_runs.append(ours.iteration(data))
+        if args.profile:
+            jax.profiler.stop_trace()
+            print_top_ops(Path(args.profile) / w.name / str(len(ours_runs) - 1), 1)
+        if agent is not None:
+            ref_runs.append(reference_torch.run_iteration(agent, data))
+    result = ours_summary(ours, data, ours_runs, warm_s, args)
+    if agent is None:
+        return result, None
+    reference = _median(ref_runs)
+    # Each round's own ratio: ours and the reference ran back to back, on the same machine state.
+    reference["round_speedups"] = [r["iteration_s"] / o["iteration_s"] for o, r in zip(ours_runs, ref_runs)]
+    return result, reference
 
 
 ROWS = (("rollout_tokens_per_s", "rollout tokens/s", True), ("critic_step_s", "critic step s", False),
@@ -231,7 +250,8 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", choices=("tiny", "base"), default=["tiny", "base"])
     parser.add_argument("--base-micro-batches", type=int, default=4)
     parser.add_argument("--base-turns", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=1, help="timed iterations per side after the warm-up")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="timed rounds after the warm-up (a round = one iteration of ours, then one of the reference)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="ours (the reference: float32)")
     parser.add_argument("--no-reference", action="store_true", help="ours only (e.g. for before/after profiling)")
     parser.add_argument("--profile", default=None, help="write a jax.profiler trace of our timed iterations here")
@@ -248,14 +268,14 @@ def main() -> None:
         for size in args.sizes:
             w = workloads(args.base_micro_batches, args.base_turns)[size]
             data = make_data(w)
-            ours = bench_ours(w, data, tokenizer, args)
-            ref = None if args.no_reference else bench_reference(w, data, args)
+            ours, ref = bench(w, data, tokenizer, args)
             results[size] = dict(workload=w.describe(), ours=ours, reference=ref)
             if ref:
                 table += ratio_rows(size, ours, ref)
             print(f"{size}: ours " + ", ".join(f"{k} {v:.4g}" for k, v in ours.items()), flush=True)
             if ref:
-                print(f"{size}: reference " + ", ".join(f"{k} {v:.4g}" for k, v in ref.items()), flush=True)
+                print(f"{size}: reference " + ", ".join(f"{k} {v:.4g}" for k, v in ref.items() if k != "round_speedups")
+                      + "; full-iteration speedup per round " + ", ".join(f"{x:.2f}" for x in ref["round_speedups"]), flush=True)
 
     print(f"\n{info['device_kind'] or info['backend']} x{info['device_count']}, {info['cpu_count']} CPUs, "
           f"{info['platform']}, {info['date']}; ours {args.dtype}, reference float32 (PyTorch)")
