@@ -24,8 +24,9 @@ class KVCache(NamedTuple):
 
 # On CPUs, attention over blocks of batch rows whose scores fit in about this many bytes (a core's
 # L2 cache), so that the scores, the softmax and both dots stay in cache. Measured at the tiny
-# preset's critic shape [32, 4, 256, 16] on a 2-core x86-64: forward 48 -> 16 ms, forward+backward
-# 113 -> 60 ms (benchmarks/README.md, "Speed work"). GPUs and TPUs take the whole batch at once.
+# preset's critic shape [32, 4, 256, 16] on a 2-core x86-64: forward 48 -> 17 ms, forward+backward
+# 113 -> 57 ms (benchmarks/attention.py; benchmarks/README.md, "Speed work"). GPUs and TPUs take
+# the whole batch at once.
 CPU_BLOCK_BYTES = 2 << 20
 
 
