@@ -74,8 +74,7 @@ def _attend_grads(q, k, v, mask, out, row_max, row_sum, d_out, scale: float) -> 
     probs = jnp.exp(_masked_scores(q, k, mask, scale) - row_max) / row_sum  # [b, h, q, k]
     d_scores = jnp.where(mask, probs * (jnp.einsum("bhqd,bhkd->bhqk", d_out, f32(v)) - delta) * scale, 0.0)
     d_q = jnp.einsum("bhqk,bhkd->bhqd", d_scores, f32(k))
-    scores_t = jnp.einsum("bhkd,bhqd->bhkq", k, q, preferred_element_type=jnp.float32) * scale
-    probs_t = jnp.exp(jnp.where(swap(mask), scores_t, jnp.finfo(jnp.float32).min) - swap(row_max)) / swap(row_sum)
+    probs_t = jnp.exp(_masked_scores(k, q, swap(mask), scale) - swap(row_max)) / swap(row_sum)  # [b, h, k, q]
     d_v = jnp.einsum("bhkq,bhqd->bhkd", probs_t, d_out)
     d_scores_t = jnp.where(swap(mask), probs_t * (jnp.einsum("bhkd,bhqd->bhkq", f32(v), d_out) - swap(delta)) * scale, 0.0)
     d_k = jnp.einsum("bhkq,bhqd->bhkd", d_scores_t, f32(q))
