@@ -151,8 +151,8 @@ class JaxArcher:
         return (times[self.w.new_tokens] - times[1]) / (self.w.new_tokens - 1)
 
 
-def print_top_ops(trace_dir: Path, iterations: int, top: int = 15) -> None:
-    """The XLA ops that took the most time in the trace (summed over calls, per iteration)."""
+def print_top_ops(trace_dir: Path, top: int = 15) -> None:
+    """The XLA ops that took the most time in the trace of one iteration (summed over calls)."""
     import collections
     import gzip
     import json
@@ -165,9 +165,9 @@ def print_top_ops(trace_dir: Path, iterations: int, top: int = 15) -> None:
         if e.get("ph") == "X" and not e["name"].startswith("$") and "Thunk" not in e["name"]:
             total[e["name"]] += e.get("dur", 0)
             calls[e["name"]] += 1
-    print(f"top XLA ops per iteration ({path}):")
+    print(f"top XLA ops of the iteration ({path}):")
     for name, micros in total.most_common(top):
-        print(f"  {micros / 1e3 / iterations:9.1f} ms  x{calls[name] // iterations:<5d} {name}")
+        print(f"  {micros / 1e3:9.1f} ms  x{calls[name]:<5d} {name}")
 
 
 def _median(runs: list[dict]) -> dict[str, float]:
@@ -214,13 +214,14 @@ def bench(w: Workload, data: Data, tokenizer, args) -> tuple[dict, dict | None]:
         agent = reference_torch.TorchArcher(w, "cuda" if torch.cuda.is_available() else "cpu")
         reference_torch.warm_up(agent, data)
     ours_runs, ref_runs = [], []
-    for _ in range(args.repeats):
-        if args.profile:
-            jax.profiler.start_trace(str(Path(args.profile) / w.name / str(len(ours_runs))), create_perfetto_trace=True)
+    for round_ in range(args.repeats):
+        trace = Path(args.profile) / w.name / str(round_) if args.profile else None
+        if trace:
+            jax.profiler.start_trace(str(trace), create_perfetto_trace=True)
         ours_runs.append(ours.iteration(data))
-        if args.profile:
+        if trace:
             jax.profiler.stop_trace()
-            print_top_ops(Path(args.profile) / w.name / str(len(ours_runs) - 1), 1)
+            print_top_ops(trace)
         if agent is not None:
             ref_runs.append(reference_torch.run_iteration(agent, data))
     result = ours_summary(ours, data, ours_runs, warm_s, args)
