@@ -43,7 +43,7 @@ from archer_jax import sharding as shd
 from archer_jax.models.attention import KVCache
 from archer_jax.models.gpt2.model import GPT2LMHeadModel, init_cache
 from archer_jax.models.tokenizer import Encoded, bucket_length, encode, next_power_of_two, pad_rows
-from archer_jax.xla_flags import sampler_compiler_options
+from archer_jax.xla_flags import decode_compiler_options
 
 Array = jax.Array
 
@@ -405,19 +405,17 @@ class Sampler:
 
                 return traced
 
-            options = sampler_compiler_options(self.mesh.devices.flat[0].platform)
             prefill_fn = jax.jit(
                 counted(functools.partial(prefill, self.graphdef, params, self.pad_id, state_sh, samples=samples)),
                 in_shardings=(self.param_shardings, matrix, matrix, rows, scalar, scalar),
                 out_shardings=state_sh,
-                compiler_options=options,
             )
             decode_fn = jax.jit(
                 counted(functools.partial(decode, self.graphdef, params, self.pad_id)),
                 in_shardings=(self.param_shardings, state_sh, scalar),
                 out_shardings=state_sh,
                 donate_argnums=(1,),
-                compiler_options=options,
+                compiler_options=decode_compiler_options(self.mesh.devices.flat[0].platform),
             )
             self._programs[signature] = (prefill_fn, decode_fn)
         return self._programs[signature]

@@ -5,7 +5,7 @@ default. On our programs they are about twice as slow as XLA's own kernels: the 
 ``probs @ V`` dot and the bias-gradient reductions at [32, 4, 256, 256] took ~200 ms each
 instead of ~25 ms (benchmarks/README.md, "Speed work"). We turn them off unless the user already
 chose a setting in ``XLA_FLAGS``. The option is CPU-only; GPU and TPU programs are unaffected.
-The sampler's programs are compiled with the fusions on (:data:`SAMPLER_CPU_OPTIONS`): there
+The sampler's decode loop is compiled with the fusions on (:data:`DECODE_CPU_OPTIONS`): there
 they make decoding faster.
 
 JAX reads ``XLA_FLAGS`` when it creates its first backend, so this runs when archer_jax is
@@ -19,10 +19,11 @@ from importlib import metadata
 
 CPU_FLAGS = {"xla_cpu_experimental_ynn_fusion_type": ""}  # "" = no YNNPACK fusions
 
-# The sampler's prefill and decode programs are the exception: YNNPACK makes them faster (rollout
-# tokens/s +27% at tiny size, +20% at GPT-2-124M size, benchmarks/README.md), so they are
-# compiled with it on CPUs.
-SAMPLER_CPU_OPTIONS = {
+# The sampler's decode loop is the exception: one token per row per step, where YNNPACK's kernels
+# are faster (a 32-token generation at 32 rows: 90.6 vs 96.2 ms at tiny size, 8.30 vs 8.67 s at
+# GPT-2-124M size, benchmarks/README.md), so it is compiled with them on CPUs. The prefill, a
+# whole prompt at once, is faster without them (tiny 58 vs 76 ms; GPT-2-124M 4.2 vs 5.4 s).
+DECODE_CPU_OPTIONS = {
     "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_ELTWISE,LIBRARY_FUSION_TYPE_REDUCE"
 }
 
@@ -40,9 +41,9 @@ def options_known() -> bool:
         return False
 
 
-def sampler_compiler_options(backend: str) -> dict[str, str] | None:
-    """Per-program XLA options for the sampler on ``backend`` (None: the process defaults)."""
-    return dict(SAMPLER_CPU_OPTIONS) if backend == "cpu" and options_known() else None
+def decode_compiler_options(backend: str) -> dict[str, str] | None:
+    """XLA options for the sampler's decode loop on ``backend`` (None: the process defaults)."""
+    return dict(DECODE_CPU_OPTIONS) if backend == "cpu" and options_known() else None
 
 
 def set_default_flags(environ=os.environ, known: bool | None = None) -> str:

@@ -30,6 +30,6 @@ def test_an_xla_that_may_not_know_the_options_gets_none():
 def test_importing_archer_jax_set_it_for_this_process():
     if not xla_flags.options_known():
         pytest.skip("the installed jaxlib is not one the options were checked against")
-    assert xla_flags.sampler_compiler_options("cpu") == xla_flags.SAMPLER_CPU_OPTIONS
-    assert xla_flags.sampler_compiler_options("gpu") is None
+    assert xla_flags.decode_compiler_options("cpu") == xla_flags.DECODE_CPU_OPTIONS
+    assert xla_flags.decode_compiler_options("gpu") is None
     assert "--xla_cpu_experimental_ynn_fusion_type" in os.environ["XLA_FLAGS"]

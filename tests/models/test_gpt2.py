@@ -7,8 +7,10 @@ import pytest
 from flax import nnx
 
 from archer_jax import models
-from archer_jax.models import attention
+from archer_jax.models import attention, layers
 from tests import hf_reference as ref
+
+torch = ref.torch
 
 LENGTHS = (11, 4, 8)  # rows of different lengths, left-padded
 
@@ -51,6 +53,44 @@ def test_config_variants_match_hugging_face(tmp_path):
     ids, mask = ref.padded_batch(LENGTHS, 12, "left", pad_id=0)
     expected = ref.gpt2_logits(hf, ids, mask)
     assert ref.max_abs_error(ours(jnp.asarray(ids), jnp.asarray(mask)).logits, expected, mask) < 1e-4
+
+
+def test_scanned_blocks_match_hugging_face_values_and_gradients(tmp_path):
+    """With SCAN_MIN_LAYERS or more blocks the forward is one lax.scan over stacked block
+    parameters: logits and the gradients of every block's parameters match PyTorch autograd."""
+    n_layer = max(layers.SCAN_MIN_LAYERS, 4)
+    hf = ref.gpt2(seed=6, n_layer=n_layer)
+    ours = models.load_gpt2(ref.save(hf, tmp_path / "m", "safetensors"))
+    ids, mask = ref.padded_batch(LENGTHS, 12, "left", pad_id=0)
+    weights = np.random.default_rng(0).normal(size=(*ids.shape, ref.VOCAB)).astype(np.float32) * mask[..., None]
+
+    graphdef, params = nnx.split(ours)
+
+    def loss(params):
+        logits = nnx.merge(graphdef, params)(jnp.asarray(ids), jnp.asarray(mask)).logits
+        return jnp.sum(jax.nn.log_softmax(logits) * weights)
+
+    assert "scan" in str(jax.make_jaxpr(loss)(params))
+    value, grads = jax.value_and_grad(loss)(params)
+
+    positions = torch.tensor(np.maximum(np.cumsum(mask, -1) - 1, 0), dtype=torch.long)
+    out = hf(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask), position_ids=positions)
+    hf_loss = (torch.log_softmax(out.logits, -1) * torch.tensor(weights)).sum()
+    hf_loss.backward()
+    assert abs(float(value) - hf_loss.item()) < 1e-3 * abs(hf_loss.item())
+    hf_grads = {name: p.grad.numpy() for name, p in hf.named_parameters()}
+    for i in range(n_layer):  # per-block gradients: a mixed-up or dropped layer fails here
+        block = grads["h"][i]
+        pairs = [
+            (block["ln_1"]["scale"], hf_grads[f"transformer.h.{i}.ln_1.weight"]),
+            (block["ln_2"]["bias"], hf_grads[f"transformer.h.{i}.ln_2.bias"]),
+            (block["mlp"]["proj"]["kernel"], hf_grads[f"transformer.h.{i}.mlp.c_proj.weight"]),
+        ]
+        for got, expected in pairs:
+            np.testing.assert_allclose(np.asarray(got[...]), expected, atol=2e-4 * np.abs(expected).max())
+    np.testing.assert_allclose(
+        np.asarray(grads["wte"]["embedding"][...]), hf_grads["transformer.wte.weight"], atol=2e-4 * np.abs(hf_grads["transformer.wte.weight"]).max()
+    )
 
 
 def test_bfloat16_logits_within_2e_2_relative(tmp_path):

@@ -9,7 +9,7 @@ from flax import nnx
 from archer_jax import models
 from archer_jax.models import attention
 from archer_jax.models.attention import block_rows, dot_product_attention
-from archer_jax.models.layers import activation
+from archer_jax.models.layers import activation, scan_layers
 
 
 def _specs(model):
@@ -130,3 +130,45 @@ def test_unknown_activation_names_itself():
     assert activation("gelu_new")(jnp.float32(1.0)) == pytest.approx(float(jax.nn.gelu(1.0, approximate=True)))
     with pytest.raises(ValueError, match="'swiglu'"):
         activation("swiglu")
+
+
+class _Affine(nnx.Module):
+    def __init__(self, features: int, rngs: nnx.Rngs, shift: float = 0.0):
+        self.linear = nnx.Linear(features, features, rngs=rngs)
+        self.shift = shift  # a static attribute: layers that differ in it have different graphs
+
+    def __call__(self, x):
+        return jnp.tanh(self.linear(x)) + self.shift
+
+
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_scan_layers_equals_the_loop_in_values_and_gradients(count):
+    stack = nnx.List([_Affine(3, nnx.Rngs(i)) for i in range(count)])
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3)), jnp.float32)
+    graphdef, params = nnx.split(stack)
+
+    def run(params, min_layers):
+        layers = nnx.merge(graphdef, params)
+        return jnp.sum(scan_layers(layers, x, lambda layer, h: layer(h), min_layers=min_layers) ** 2)
+
+    looped = jax.value_and_grad(run)(params, count + 1)
+    scanned = jax.value_and_grad(run)(params, 2)
+    assert ("scan" in str(jax.make_jaxpr(run, static_argnums=1)(params, 2))) == (count >= 2)
+    assert "scan" not in str(jax.make_jaxpr(run, static_argnums=1)(params, count + 1))
+    # NumPy: the layers applied in order
+    h = np.asarray(x)
+    for layer in stack:
+        h = np.tanh(h @ np.asarray(layer.linear.kernel[...]) + np.asarray(layer.linear.bias[...]))
+    np.testing.assert_allclose(float(scanned[0]), float(np.sum(h**2)), rtol=1e-5)
+    np.testing.assert_allclose(float(looped[0]), float(scanned[0]), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(looped[1]), jax.tree.leaves(scanned[1])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_scan_layers_loops_over_layers_with_different_graphs():
+    stack = [_Affine(3, nnx.Rngs(0)), _Affine(3, nnx.Rngs(1), shift=1.0), _Affine(3, nnx.Rngs(2))]
+    x = jnp.ones((2, 3))
+    jaxpr = str(jax.make_jaxpr(lambda x: scan_layers(stack, x, lambda layer, h: layer(h), min_layers=2))(x))
+    assert "scan" not in jaxpr
+    expected = stack[2](stack[1](stack[0](x)))
+    np.testing.assert_allclose(np.asarray(scan_layers(stack, x, lambda layer, h: layer(h), min_layers=2)), np.asarray(expected), rtol=1e-6)

@@ -23,7 +23,7 @@ from flax import nnx
 
 from archer_jax.models.attention import KVCache, MultiHeadAttention
 from archer_jax.models.config import HFConfig
-from archer_jax.models.layers import DType, activation, dense, embedding, layer_norm
+from archer_jax.models.layers import DType, activation, dense, embedding, layer_norm, scan_layers
 
 Array = jax.Array
 
@@ -183,13 +183,18 @@ class GPT2LMHeadModel(nnx.Module):
         mask = (valid[:, None, None, :] & causal[None, None]).astype(bool)  # [batch, 1, len, slots]
 
         x = self.wte(input_ids) + self.wpe(position_ids)
-        new_cache = []
-        for i, block in enumerate(self.h):
-            x, layer_cache = block(x, mask, None if cache is None else cache[i], cache_index)
-            new_cache.append(layer_cache)
+        new_cache = None
+        if cache is None:
+            x = scan_layers(self.h, x, lambda block, h: block(h, mask, None, 0)[0])
+        else:
+            new_cache = []
+            for block, layer_cache in zip(self.h, cache):
+                x, layer_cache = block(x, mask, layer_cache, cache_index)
+                new_cache.append(layer_cache)
+            new_cache = tuple(new_cache)
         x = self.ln_f(x)
         logits = self.lm_logits(x) if return_logits else None
-        return CausalLMOutput(logits, x, None if cache is None else tuple(new_cache))
+        return CausalLMOutput(logits, x, new_cache)
 
     def lm_logits(self, hidden_state: Array) -> Array:
         """Float32 vocabulary logits of final hidden states (``[..., embed]`` -> ``[..., vocab]``)."""
