@@ -47,11 +47,11 @@ SCAN_MIN_LAYERS = 4
 
 
 def scan_layers(
-    layers: Sequence[Layer], x: Array, call: Callable[[Layer, Array], Array], *, min_layers: int = SCAN_MIN_LAYERS
+    layers: Sequence[Layer], x: Array, call: Callable[[Layer, Array], Array], *, min_layers: int | None = None
 ) -> Array:
     """``x`` through ``call(layer, x)`` for each layer in turn: one ``lax.scan`` over the layers'
-    stacked parameters when there are at least ``min_layers`` and they share one graph, else a
-    Python loop. Same values, same gradients.
+    stacked parameters when there are at least ``min_layers`` (default :data:`SCAN_MIN_LAYERS`)
+    and they share one graph, else a Python loop. Same values, same gradients.
 
     For pre-LN stacks (GPT-2): in the scan, XLA keeps each layer's input and the residual
     stream's gradient in memory. With the loop, XLA:CPU fused that gradient (a chain of adds
@@ -61,6 +61,7 @@ def scan_layers(
     the parameters once per call: callers that step one token at a time (KV-cache decoding)
     should loop.
     """
+    min_layers = SCAN_MIN_LAYERS if min_layers is None else min_layers
     splits = [nnx.split(layer) for layer in layers]
     graphdef = splits[0][0] if splits else None
     if len(splits) < max(min_layers, 2) or any(g != graphdef for g, _ in splits[1:]):
