@@ -20,9 +20,10 @@ from importlib import metadata
 CPU_FLAGS = {"xla_cpu_experimental_ynn_fusion_type": ""}  # "" = no YNNPACK fusions
 
 # The sampler's decode loop is the exception: one token per row per step, where YNNPACK's kernels
-# are faster (a 32-token generation at 32 rows: 90.6 vs 96.2 ms at tiny size, 8.30 vs 8.67 s at
-# GPT-2-124M size, benchmarks/README.md), so it is compiled with them on CPUs. The prefill, a
-# whole prompt at once, is faster without them (tiny 58 vs 76 ms; GPT-2-124M 4.2 vs 5.4 s).
+# are faster (a 32-token generation at 32 rows: 80.2 vs 91.3 ms at tiny size, 6.89 vs 7.39 s at
+# GPT-2-124M size; benchmarks/variants.py), so it is compiled with them on CPUs. The prefill, a
+# whole prompt at once, is faster without them (the same generation: 81.5 vs 90.1 ms, 6.78 vs
+# 7.37 s).
 DECODE_CPU_OPTIONS = {
     "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_ELTWISE,LIBRARY_FUSION_TYPE_REDUCE"
 }
