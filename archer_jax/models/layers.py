@@ -41,8 +41,9 @@ def activation(name: str) -> Callable[[Array], Array]:
         ) from None
 
 
-# The fewest layers that :func:`scan_layers` scans over (measured, forward+backward on a 2-core
-# x86-64: a 2-layer GPT-2 ran 15% slower as a scan, a 12-layer one 19% faster).
+# The fewest layers that :func:`scan_layers` scans over. Measured in the actor program (forward
+# and backward) on a 2-core x86-64: a 2-block GPT-2 ran 15% slower as a scan, a 12-block one 12%
+# faster (benchmarks/variants.py).
 SCAN_MIN_LAYERS = 4
 
 
@@ -56,7 +57,7 @@ def scan_layers(
     For pre-LN stacks (GPT-2): in the scan, XLA keeps each layer's input and the residual
     stream's gradient in memory. With the loop, XLA:CPU fused that gradient (a chain of adds
     through every layer above) into each of its consumers, recomputing the chain once per layer:
-    in GPT-2-124M's actor step the scan is 19% faster (benchmarks/README.md, "Speed work").
+    in GPT-2-124M's actor step the scan is 12% faster (benchmarks/README.md, "Speed work").
     Post-LN stacks (RoBERTa) have no such chain, and there the loop was faster. Stacking copies
     the parameters once per call: callers that step one token at a time (KV-cache decoding)
     should loop.

@@ -171,4 +171,5 @@ def test_scan_layers_loops_over_layers_with_different_graphs():
     jaxpr = str(jax.make_jaxpr(lambda x: scan_layers(stack, x, lambda layer, h: layer(h), min_layers=2))(x))
     assert "scan" not in jaxpr
     expected = stack[2](stack[1](stack[0](x)))
-    np.testing.assert_allclose(np.asarray(scan_layers(stack, x, lambda layer, h: layer(h), min_layers=2)), np.asarray(expected), rtol=1e-6)
+    got = scan_layers(stack, x, lambda layer, h: layer(h), min_layers=2)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-6)
