@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import time
 from pathlib import Path
 
@@ -31,15 +32,10 @@ def _cases(args) -> list[tuple[str, functools.partial, list[str], int]]:
          tq_questions, args.envs),
         ("guess_my_city", functools.partial(guess_my_city.GuessMyCity, max_turns=10**9), city_questions, args.envs),
     ]
-    try:
-        import jericho  # noqa: F401
-
-        if GAME.is_file():
-            actions = ["look", "north", "south", "east", "west", "take paper", "read paper", "inventory"]
-            cases.append(("detective", functools.partial(detective.Detective, GAME, max_steps=10**9), actions,
-                          args.detective_envs))
-    except ImportError:
-        pass
+    if importlib.util.find_spec("jericho") is not None and GAME.is_file():
+        actions = ["look", "north", "south", "east", "west", "take paper", "read paper", "inventory"]
+        cases.append(("detective", functools.partial(detective.Detective, GAME, max_steps=10**9), actions,
+                      args.detective_envs))
     return cases
 
 
