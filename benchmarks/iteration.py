@@ -89,15 +89,26 @@ class JaxArcher:
             self.generate(turn_prompts)
         return sum(len(p) for p in prompts) * self.w.new_tokens
 
-    def critic_step(self, sample: dict[str, np.ndarray]) -> None:
-        w = self.w
-        pi = self._timed("critic_sampling_s", self.generate, sample["policy_observation"])
-        batch = learners.CriticBatch(
-            _tokens(sample["observation"], w.micro_batches), _tokens(sample["action"], w.micro_batches),
-            _tokens(sample["next_observation"], w.micro_batches),
-            _tokens(to_critic_ids(pi, w.critic.vocab_size), w.micro_batches),
-            sample["reward"].reshape(w.micro_batches, -1), sample["terminal"].reshape(w.micro_batches, -1),
+    def critic_batch(self, sample: dict[str, np.ndarray], pi: np.ndarray) -> learners.CriticBatch:
+        """A critic step's batch from a workload sample and its sampled ``a_π`` ids."""
+        mb = self.w.micro_batches
+        return learners.CriticBatch(
+            _tokens(sample["observation"], mb), _tokens(sample["action"], mb), _tokens(sample["next_observation"], mb),
+            _tokens(to_critic_ids(pi, self.w.critic.vocab_size), mb),
+            sample["reward"].reshape(mb, -1), sample["terminal"].reshape(mb, -1),
         )
+
+    def actor_batch(self, sample: dict[str, np.ndarray], pi: np.ndarray) -> learners.ActorBatch:
+        """An actor step's batch from a workload sample and its sampled ``a_π`` ids."""
+        mb = self.w.micro_batches
+        return learners.ActorBatch(
+            _tokens(sample["policy_observation"], mb), _tokens(pi, mb), _tokens(sample["observation"], mb),
+            _tokens(to_critic_ids(pi, self.w.critic.vocab_size), mb),
+        )
+
+    def critic_step(self, sample: dict[str, np.ndarray]) -> None:
+        pi = self._timed("critic_sampling_s", self.generate, sample["policy_observation"])
+        batch = self.critic_batch(sample, pi)
 
         def step():
             self.critic_state, metrics = self.learner.critic_step(self.critic_state, batch)
@@ -106,13 +117,8 @@ class JaxArcher:
         self._timed("critic_program_s", step)
 
     def actor_step(self, sample: dict[str, np.ndarray]) -> None:
-        w = self.w
         pi = self._timed("actor_sampling_s", self.generate, sample["policy_observation"])
-        observation = _tokens(sample["policy_observation"], w.micro_batches)
-        batch = learners.ActorBatch(
-            observation, _tokens(pi, w.micro_batches), _tokens(sample["observation"], w.micro_batches),
-            _tokens(to_critic_ids(pi, w.critic.vocab_size), w.micro_batches),
-        )
+        batch = self.actor_batch(sample, pi)
 
         def step():
             self.actor_state, metrics = self.learner.actor_step(self.actor_state, self.critic_state.params, batch)

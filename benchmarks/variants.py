@@ -28,12 +28,12 @@ from pathlib import Path
 
 import jax
 
-from archer_jax import learners, models, sampling
+from archer_jax import models, sampling
 from archer_jax.models import layers, tiny
 from archer_jax.xla_flags import DECODE_CPU_OPTIONS
 from common import RESULTS, machine, print_table, write_result
-from iteration import JaxArcher, _tokens
-from workload import make_data, to_critic_ids, workloads
+from iteration import JaxArcher
+from workload import make_data, workloads
 
 YNN = "xla_cpu_experimental_ynn_fusion_type"
 
@@ -70,16 +70,9 @@ def sampler_options(program: str, ynn: bool):
 
 def learner_steps(ours: JaxArcher, data) -> dict:
     """Zero-argument functions running one critic and one actor program on fixed batches."""
-    w, mb = ours.w, ours.w.micro_batches
     cs, acs = data.critic_samples[0], data.actor_samples[0]
-    pi = ours.generate(cs["policy_observation"])
-    critic_batch = learners.CriticBatch(
-        _tokens(cs["observation"], mb), _tokens(cs["action"], mb), _tokens(cs["next_observation"], mb),
-        _tokens(to_critic_ids(pi, w.critic.vocab_size), mb), cs["reward"].reshape(mb, -1), cs["terminal"].reshape(mb, -1))
-    api = ours.generate(acs["policy_observation"])
-    actor_batch = learners.ActorBatch(
-        _tokens(acs["policy_observation"], mb), _tokens(api, mb), _tokens(acs["observation"], mb),
-        _tokens(to_critic_ids(api, w.critic.vocab_size), mb))
+    critic_batch = ours.critic_batch(cs, ours.generate(cs["policy_observation"]))
+    actor_batch = ours.actor_batch(acs, ours.generate(acs["policy_observation"]))
 
     def critic():
         ours.critic_state, metrics = ours.learner.critic_step(ours.critic_state, critic_batch)
