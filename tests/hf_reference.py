@@ -76,16 +76,21 @@ def padded_batch(lengths, total: int, side: str, pad_id: int, seed: int = 0):
     return ids, mask
 
 
-def gpt2_logits(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """HF logits with position ids counted from each row's first real token (as in generate())."""
+def gpt2_forward_logits(model, ids: np.ndarray, mask: np.ndarray):
+    """HF logits (a torch tensor, in the autograd graph) with position ids counted from each
+    row's first real token (as in generate())."""
     positions = np.maximum(np.cumsum(mask, -1) - 1, 0)
+    return model(
+        input_ids=torch.tensor(ids, dtype=torch.long),
+        attention_mask=torch.tensor(mask, dtype=torch.long),
+        position_ids=torch.tensor(positions, dtype=torch.long),
+    ).logits
+
+
+def gpt2_logits(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """:func:`gpt2_forward_logits` as a NumPy array, without gradients."""
     with torch.no_grad():
-        out = model(
-            input_ids=torch.tensor(ids, dtype=torch.long),
-            attention_mask=torch.tensor(mask, dtype=torch.long),
-            position_ids=torch.tensor(positions, dtype=torch.long),
-        )
-    return out.logits.numpy()
+        return gpt2_forward_logits(model, ids, mask).numpy()
 
 
 def roberta_outputs(model, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

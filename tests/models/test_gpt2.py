@@ -73,9 +73,7 @@ def test_scanned_blocks_match_hugging_face_values_and_gradients(tmp_path):
     assert "scan" in str(jax.make_jaxpr(loss)(params))
     value, grads = jax.value_and_grad(loss)(params)
 
-    positions = torch.tensor(np.maximum(np.cumsum(mask, -1) - 1, 0), dtype=torch.long)
-    out = hf(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask), position_ids=positions)
-    hf_loss = (torch.log_softmax(out.logits, -1) * torch.tensor(weights)).sum()
+    hf_loss = (torch.log_softmax(ref.gpt2_forward_logits(hf, ids, mask), -1) * torch.tensor(weights)).sum()
     hf_loss.backward()
     assert abs(float(value) - hf_loss.item()) < 1e-3 * abs(hf_loss.item())
     hf_grads = {name: p.grad.numpy() for name, p in hf.named_parameters()}
