@@ -42,7 +42,7 @@ from jax.sharding import Mesh, NamedSharding
 from archer_jax import sharding as shd
 from archer_jax.models.attention import KVCache
 from archer_jax.models.gpt2.model import GPT2LMHeadModel, init_cache
-from archer_jax.models.tokenizer import Encoded, bucket_length, encode, next_power_of_two, pad_rows
+from archer_jax.models.tokenizer import Tokens, bucket_length, encode, next_power_of_two, pad_rows
 from archer_jax.xla_flags import decode_compiler_options
 
 Array = jax.Array
@@ -89,7 +89,7 @@ class Generation(NamedTuple):
     logprobs: np.ndarray  # [batch, max_new_tokens] float32: log softmax(logits)[token], 0 past length
     sample_logprobs: np.ndarray  # the same under the distribution actually sampled (0 when greedy)
     finish_reasons: list[str]  # "stop" (a stop string), "eos", or "length" (max_new_tokens)
-    prompt: Encoded  # the prompts as the model saw them (one row each; with several samples per prompt
+    prompt: Tokens  # the prompts as the model saw them (one row each; with several samples per prompt
     # the rows above are prompt-major): left-padded, left-truncated
 
 
@@ -432,7 +432,7 @@ class Sampler:
 
     # ---- generation -----------------------------------------------------------------------
 
-    def encode(self, prompts: Sequence[str], params: SamplingParams) -> Encoded:
+    def encode(self, prompts: Sequence[str], params: SamplingParams) -> Tokens:
         """Tokenizes ``prompts`` (left truncation, left padding to a length bucket)."""
         if isinstance(prompts, str):
             raise TypeError("prompts must be a sequence of strings, got one string")
@@ -528,7 +528,7 @@ class Sampler:
         encoded = pad_rows(rows, self.pad_id, left=True, max_length=limit, min_bucket=min(self.min_prompt_bucket, limit))
         return self._generate(encoded, key, params, model_state, samples)
 
-    def _generate(self, encoded: Encoded, key: Array, params: SamplingParams, model_state, samples: int = 1) -> Generation:
+    def _generate(self, encoded: Tokens, key: Array, params: SamplingParams, model_state, samples: int = 1) -> Generation:
         out = self.generate_tokens(
             encoded.input_ids, encoded.attention_mask, key, params, model_state=model_state, samples=samples
         )
@@ -536,7 +536,7 @@ class Sampler:
         out = jax.device_get(jax.tree.map(lambda a: a[:rows], out))
         return self._finish(out, params, encoded)
 
-    def _finish(self, out: SampledTokens, params: SamplingParams, prompt: Encoded) -> Generation:
+    def _finish(self, out: SampledTokens, params: SamplingParams, prompt: Tokens) -> Generation:
         """Host side: texts cut before the stop string, rows truncated where it ends, finish reasons."""
         tokens, lengths = np.array(out.tokens), np.array(out.lengths)
         logprobs, sample_lp = np.array(out.logprobs), np.array(out.sample_logprobs)

@@ -20,12 +20,11 @@ from archer_jax.models.pretrained import (
 )
 from archer_jax.models.roberta import EncoderOutput, RobertaConfig, RobertaModel
 from archer_jax.models.tiny import build_tiny
-from archer_jax.models.tokenizer import Encoded, bucket_length, encode, load_tokenizer
+from archer_jax.models.tokenizer import Tokens, bucket_length, encode, load_tokenizer
 
 __all__ = [
     "ARCHITECTURES",
     "CausalLMOutput",
-    "Encoded",
     "EncoderOutput",
     "GPT2Config",
     "GPT2LMHeadModel",
@@ -33,6 +32,7 @@ __all__ = [
     "ModelLoadError",
     "RobertaConfig",
     "RobertaModel",
+    "Tokens",
     "bucket_length",
     "build_tiny",
     "encode",

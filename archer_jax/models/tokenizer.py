@@ -62,9 +62,24 @@ def bucket_length(length: int, max_length: int, min_bucket: int = 16) -> int:
     return min(max(min_bucket, next_power_of_two(length)), max_length)
 
 
-class Encoded(NamedTuple):
-    input_ids: np.ndarray  # [batch, length] int32
-    attention_mask: np.ndarray  # [batch, length] int32, 1 = real token
+class Tokens(NamedTuple):
+    """A batch of token ids with its 0/1 attention mask, ``[batch, length]`` each (int32).
+
+    The one token-batch type of archer_jax: what :func:`encode` and :func:`pad_rows` return, what
+    the models, the sampler and the learner batches take. ``input_ids``/``attention_mask`` are the
+    Hugging Face names of the same two arrays.
+    """
+
+    ids: np.ndarray  # [batch, length] int32
+    mask: np.ndarray  # [batch, length] int32, 1 = real token
+
+    @property
+    def input_ids(self) -> np.ndarray:
+        return self.ids
+
+    @property
+    def attention_mask(self) -> np.ndarray:
+        return self.mask
 
 
 def encode(
@@ -76,7 +91,7 @@ def encode(
     min_bucket: int = 16,
     add_special_tokens: bool = True,
     padding_side: str | None = None,
-) -> Encoded:
+) -> Tokens:
     """Tokenizes ``texts``, truncating each from the left to ``max_length`` tokens.
 
     The batch is padded (on ``padding_side``, by default the tokenizer's, with its pad token) to
@@ -105,7 +120,7 @@ def pad_rows(
     max_length: int,
     length: int | None = None,
     min_bucket: int = 16,
-) -> Encoded:
+) -> Tokens:
     """Token id rows (e.g. kept in a replay buffer) padded on the left or right with ``pad_id`` to
     ``length``, or by default to :func:`bucket_length` of the longest row."""
     longest = max((len(r) for r in rows), default=0)
@@ -119,4 +134,4 @@ def pad_rows(
         span = slice(length - len(row), length) if left else slice(0, len(row))
         ids[i, span] = row
         mask[i, span] = 1
-    return Encoded(ids, mask)
+    return Tokens(ids, mask)
