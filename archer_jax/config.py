@@ -1,93 +1,79 @@
-"""The training config: every key with its default, and its validation before anything is built.
+"""The training config: every key with its default, grouped by the code that reads it, and its
+validation before anything is built.
 
 Config files (``configs/*.py``) start from :func:`base_config` and change values, never keys::
 
     def get_config(preset=""):
         c = config.base_config()
-        c.env = "guess_my_city"
+        c.env.name = "guess_my_city"
         return c
 
-The defaults are the paper's online setting (DESIGN §1) for Twenty Questions. :func:`validate`
-checks a finished config (after ``--config.x=...`` overrides) and raises :class:`ConfigError`
-with one line naming the key: unknown keys, wrong types, unknown agent/env/loss names, values out
-of range, a policy or critic directory that does not exist.
+Groups: the top level is the training loop's (``train.py`` and the agents); ``c.model`` builds
+the networks; ``c.env`` the environments; ``c.sampling`` is :class:`~archer_jax.sampling.SamplingParams`
+and ``c.learner`` :class:`~archer_jax.learners.LearnerConfig` (``LearnerConfig(**c.learner)``);
+``c.sft`` the warm start; ``c.mesh`` the device mesh. The defaults are the paper's online setting
+for Twenty Questions; ``docs/algorithms.md`` lists each key beside its name in the official code.
+Keys renamed since 0.1 are in :data:`RENAMED`: a config or command line that uses one fails
+with one line naming the new key.
+
+:func:`validate` checks a finished config (after ``--config.x=...`` overrides) and raises
+:class:`~archer_jax.errors.ConfigError` with one line naming the key: unknown keys, wrong types,
+unknown agent/env/loss names, values out of range, a policy or critic directory that does not exist.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import ml_collections
 
-AGENTS = ("archer", "chai", "filtered_bc")
-ACTOR_LOSSES = ("actor_pg", "actor_token_baseline")
+from archer_jax import agents
+from archer_jax.envs import registry as envs
+from archer_jax.envs.experts import EXPERTS
+from archer_jax.errors import ConfigError
+from archer_jax.learners import registry as actor_losses
+from archer_jax.models import hub
+from archer_jax.models.tiny import TINY_PREFIX
+
 EMBEDDINGS = ("pooler", "first_token")
 DTYPES = ("float32", "bfloat16")
-TINY_PREFIX = "tiny:"  # "tiny:gpt2" / "tiny:roberta": built offline (archer_jax.models.build_tiny)
+FREE_FORM = ("env.options",)  # keyword arguments for the env: checked by the env's registry entry
 
-
-class ConfigError(ValueError):
-    """A config value is unknown, of the wrong type or out of range; the message names the key."""
+# Keys of archer_jax 0.1 (a flat config) and where they are now.
+RENAMED = {
+    "env_options": "env.options", "env_workers": "env.workers", "env_timeout_s": "env.timeout_s",
+    "max_turns": "env.max_turns", "policy": "model.policy", "critic": "model.critic",
+    "critic_embedding": "model.critic_embedding", "dtype": "model.dtype",
+    "max_prompt_length": "model.max_prompt_length", "max_critic_length": "model.max_critic_length",
+    "epochs": "critic_steps (bc_steps for filtered_bc)", "actor_epochs": "actor_steps",
+    "critic_lr": "learner.critic_lr", "lm_lr": "learner.actor_lr", "gamma": "learner.gamma", "tau": "learner.tau",
+    "max_grad_norm": "learner.max_grad_norm", "actor_loss": "learner.actor_loss",
+    "max_new_tokens": "sampling.max_new_tokens", "temperature": "sampling.temperature", "top_k": "sampling.top_k",
+    "top_p": "sampling.top_p", "sft_steps": "sft.steps", "sft_lr": "sft.lr", "sft_batch_size": "sft.batch_size",
+    "sft_data": "sft.data", "sft_dialogues": "sft.dialogues", "sft_experts": "sft.experts", "sft_seed": "sft.seed",
+}
 
 
 def base_config() -> ml_collections.ConfigDict:
     """Every config key with the paper's online defaults for Twenty Questions."""
     c = ml_collections.ConfigDict()
-
-    # What to train.
-    c.agent = "archer"  # archer | chai | filtered_bc
-    c.env = "twenty_questions"  # a name in archer_jax.envs.registry (or "package.module:factory")
-    c.env_options = ml_collections.ConfigDict()  # extra keyword arguments for the env (e.g. game_path)
-    c.policy = "gpt2"  # hub name, HF-format directory, or tiny:gpt2
-    c.critic = "roberta-base"  # hub name, HF-format directory, or tiny:roberta
-    c.critic_embedding = "pooler"  # pooler | first_token
-    c.dtype = "float32"  # compute dtype: float32 | bfloat16
+    c.agent = "archer"  # a name in archer_jax.agents: archer | chai | filtered_bc
     c.seed = 0
 
-    # ArCHer (official online hyperparameters).
+    # The loop (ArCHer's official online hyperparameters).
     c.iterations = 2000
     c.rollout_size = 128  # dialogues collected per iteration
     c.eval_size = 32  # greedy dialogues per evaluation
     c.capacity = 100_000  # replay buffer transitions
-    c.batch_size = 8
+    c.batch_size = 8  # transitions per micro-batch
     c.grad_accum_steps = 32  # micro-batches averaged per optimizer step
-    c.epochs = 50  # critic steps per iteration (BC steps for filtered_bc)
-    c.actor_epochs = 3  # actor steps per iteration after warmup_iter
-    c.warmup_iter = 20
-    c.critic_lr = 2e-5
-    c.lm_lr = 1e-6
-    c.gamma = 0.95
-    c.tau = 0.1
-    c.max_grad_norm = 1.0
-    c.actor_loss = "actor_pg"  # actor_pg | actor_token_baseline
+    c.critic_steps = 50  # critic optimizer steps per iteration
+    c.actor_steps = 3  # actor optimizer steps per iteration, after warmup_iter
+    c.bc_steps = 50  # filtered BC: optimizer steps per iteration
+    c.warmup_iter = 20  # iterations that train the critic only
     c.chai_samples = 5  # CHAI: candidate actions per state
     c.filtered_bc_fraction = 0.1  # filtered BC: top fraction of trajectories kept
-
-    # Sampling.
-    c.max_new_tokens = 32
-    c.temperature = 1.0
-    c.top_k = 0  # 0 = off
-    c.top_p = 1.0
-    c.max_prompt_length = 512  # policy prompt tokens (left-truncated)
-    c.max_critic_length = 512  # critic tokens per text (left-truncated)
-
-    # Environments.
-    c.env_workers = 0  # worker processes for the env pool; 0 = in-process
-    c.env_timeout_s = 120.0  # a worker silent this long is restarted
-    c.max_turns = 20
-
-    # SFT warm start (0 steps = none).
-    c.sft_steps = 0
-    c.sft_lr = 1e-4
-    c.sft_batch_size = 16
-    c.sft_data = "experts"  # experts | walkthrough (detective) | path to a .jsonl of {observation, action}
-    c.sft_dialogues = 512  # expert dialogues played for the SFT data
-    c.sft_experts = "optimal"  # comma-separated kinds from archer_jax.envs.experts.EXPERTS
-    # Seed of the SFT data and batch order: the warm start is the same for every run seed, as the
-    # paper's runs all start from one SFT checkpoint.
-    c.sft_seed = 0
 
     # Bookkeeping.
     c.eval_freq = 25  # iterations between greedy evaluations (0 = only before and at the end)
@@ -100,8 +86,38 @@ def base_config() -> ml_collections.ConfigDict:
     # programs instead of compiling them again. "" = off. JAX_COMPILATION_CACHE_DIR, when set, wins.
     c.compilation_cache = "~/.cache/archer_jax/xla"
 
-    # Device mesh (-1 = all remaining devices).
-    c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    c.model = ml_collections.ConfigDict(dict(
+        policy="gpt2",  # hub name, HF-format directory, or tiny:gpt2
+        critic="roberta-base",  # hub name, HF-format directory, or tiny:roberta
+        critic_embedding="pooler",  # pooler | first_token
+        dtype="float32",  # compute dtype: float32 | bfloat16
+        max_prompt_length=512,  # policy prompt tokens (left-truncated)
+        max_critic_length=512,  # critic tokens per text (left-truncated)
+    ))
+    c.env = ml_collections.ConfigDict(dict(
+        name="twenty_questions",  # a name in archer_jax.envs.registry (or "package.module:factory")
+        options=ml_collections.ConfigDict(),  # extra keyword arguments for the env (e.g. game_path)
+        max_turns=20,
+        workers=0,  # worker processes for the env pool; 0 = in-process
+        timeout_s=120.0,  # a worker silent this long is restarted
+    ))
+    c.sampling = ml_collections.ConfigDict(dict(max_new_tokens=32, temperature=1.0, top_k=0, top_p=1.0))  # top_k 0 = off
+    c.learner = ml_collections.ConfigDict(dict(
+        gamma=0.95, tau=0.1, critic_lr=2e-5, actor_lr=1e-6, max_grad_norm=1.0,
+        actor_loss="actor_pg",  # a name in archer_jax.learners.registry
+    ))
+    c.sft = ml_collections.ConfigDict(dict(
+        steps=0,  # 0 = no warm start
+        lr=1e-4,
+        batch_size=16,
+        data="experts",  # experts | walkthrough (detective) | path to a .jsonl of {observation, action}
+        dialogues=512,  # expert dialogues played for the SFT data
+        experts="optimal",  # comma-separated kinds from archer_jax.envs.experts.EXPERTS
+        # The warm start is the same for every run seed, as the paper's runs all start from one
+        # SFT checkpoint.
+        seed=0,
+    ))
+    c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))  # -1 = all remaining devices
     return c
 
 
@@ -109,7 +125,7 @@ def _flatten(c: ml_collections.ConfigDict, prefix: str = "") -> dict:
     out = {}
     for key, value in c.items():
         name = f"{prefix}{key}"
-        if isinstance(value, ml_collections.ConfigDict) and key != "env_options":
+        if isinstance(value, ml_collections.ConfigDict) and name not in FREE_FORM:
             out.update(_flatten(value, name + "."))
         else:
             out[name] = value
@@ -128,15 +144,20 @@ def _type_ok(value, default) -> bool:
     return isinstance(value, type(default))
 
 
+def renamed(key: str) -> str | None:
+    """The one-line error for a key of the old flat config, or None."""
+    if key in RENAMED:
+        return f"config.{key}: renamed to config.{RENAMED[key]} (docs/algorithms.md lists every key)"
+    return None
+
+
 def _check_model(key: str, name: str, kind: str) -> None:
     if name.startswith(TINY_PREFIX):
         if name != TINY_PREFIX + kind:
             raise ConfigError(f"config.{key}: {name!r} is not a tiny model for this role; use {TINY_PREFIX + kind!r}")
         return
-    from archer_jax.models import hub
-
     path = Path(name).expanduser()
-    if path.exists() or hub._looks_like_path(name):
+    if path.exists() or hub.looks_like_path(name):
         if not path.is_dir():
             raise ConfigError(f"config.{key}: model directory {name} does not exist")
         if not (path / "config.json").is_file():
@@ -148,15 +169,12 @@ def _check_model(key: str, name: str, kind: str) -> None:
             raise ConfigError(f"config.{key}: {e}") from None
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
-    """Raises :class:`ConfigError` (one line, naming the key) unless ``config`` can be trained."""
-    from archer_jax.envs import registry
-
-    base = _flatten(base_config())
-    given = _flatten(config)
+def _check_keys(config: ml_collections.ConfigDict) -> dict:
+    """The flattened config, after checking its keys and their types against :func:`base_config`."""
+    base, given = _flatten(base_config()), _flatten(config)
     for key in given:
         if key not in base:
-            raise ConfigError(f"config.{key}: unknown config key (known keys: archer_jax/config.py)")
+            raise ConfigError(renamed(key) or f"config.{key}: unknown config key (known keys: archer_jax/config.py)")
     for key, default in base.items():
         if key not in given:
             raise ConfigError(f"config.{key}: missing (configs start from archer_jax.config.base_config())")
@@ -164,11 +182,17 @@ def validate(config: ml_collections.ConfigDict) -> None:
             raise ConfigError(
                 f"config.{key}: expected {type(default).__name__}, got {type(given[key]).__name__} {given[key]!r}"
             )
+    return given
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Raises :class:`ConfigError` (one line, naming the key) unless ``config`` can be trained."""
+    given = _check_keys(config)
     c = config
 
-    def choice(key: str, allowed: tuple) -> None:
-        if getattr(c, key) not in allowed:
-            raise ConfigError(f"config.{key}: unknown value {getattr(c, key)!r}; known: {', '.join(allowed)}")
+    def choice(key: str, allowed) -> None:
+        if given[key] not in allowed:
+            raise ConfigError(f"config.{key}: unknown value {given[key]!r}; known: {', '.join(allowed)}")
 
     def positive(*keys: str, zero: bool = False) -> None:
         for key in keys:
@@ -176,38 +200,37 @@ def validate(config: ml_collections.ConfigDict) -> None:
             if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
                 raise ConfigError(f"config.{key}: must be {'>= 0' if zero else '> 0'}, got {value}")
 
-    choice("agent", AGENTS)
-    choice("actor_loss", ACTOR_LOSSES)
-    choice("critic_embedding", EMBEDDINGS)
-    choice("dtype", DTYPES)
-    registry.check(c.env)
-    positive("iterations", "rollout_size", "eval_size", "capacity", "batch_size", "grad_accum_steps",
-             "max_new_tokens", "max_prompt_length", "max_critic_length", "max_turns", "sft_batch_size",
-             "sft_dialogues", "chai_samples", "critic_lr", "lm_lr", "sft_lr", "temperature", "env_timeout_s",
-             "keep_checkpoints", "max_nonfinite_steps")
-    positive("epochs", "actor_epochs", "warmup_iter", "sft_steps", "env_workers", "eval_freq", "save_freq",
-             "top_k", zero=True)
-    for key in ("gamma", "tau", "filtered_bc_fraction", "top_p"):
+    choice("agent", tuple(agents.AGENTS))
+    choice("learner.actor_loss", tuple(actor_losses.ACTOR_LOSSES))
+    choice("model.critic_embedding", EMBEDDINGS)
+    choice("model.dtype", DTYPES)
+    envs.check(c.env.name)
+    positive("iterations", "rollout_size", "eval_size", "capacity", "batch_size", "grad_accum_steps", "chai_samples",
+             "keep_checkpoints", "max_nonfinite_steps", "sampling.max_new_tokens", "sampling.temperature",
+             "model.max_prompt_length", "model.max_critic_length", "env.max_turns", "env.timeout_s",
+             "learner.critic_lr", "learner.actor_lr", "sft.lr", "sft.batch_size", "sft.dialogues")
+    positive("critic_steps", "actor_steps", "bc_steps", "warmup_iter", "eval_freq", "save_freq", "sampling.top_k",
+             "env.workers", "sft.steps", zero=True)
+    for key in ("learner.gamma", "learner.tau", "filtered_bc_fraction", "sampling.top_p"):
         if not 0 <= given[key] <= 1:
             raise ConfigError(f"config.{key}: must be in [0, 1], got {given[key]}")
-    if c.filtered_bc_fraction == 0 or c.top_p == 0:
-        raise ConfigError("config.filtered_bc_fraction and config.top_p must be > 0")
-    if not math.isfinite(c.max_grad_norm):
-        raise ConfigError(f"config.max_grad_norm: must be finite, got {c.max_grad_norm}")
+    for key in ("filtered_bc_fraction", "sampling.top_p"):
+        if given[key] == 0:
+            raise ConfigError(f"config.{key}: must be > 0")
+    if not math.isfinite(c.learner.max_grad_norm):
+        raise ConfigError(f"config.learner.max_grad_norm: must be finite, got {c.learner.max_grad_norm}")
     for axis in ("data", "fsdp", "tensor"):
         if c.mesh[axis] == 0 or c.mesh[axis] < -1:
             raise ConfigError(f"config.mesh.{axis}: must be -1 (all remaining devices) or >= 1, got {c.mesh[axis]}")
-    _check_model("policy", c.policy, "gpt2")
-    if c.agent != "filtered_bc":
-        _check_model("critic", c.critic, "roberta")
-    if c.sft_steps:
-        data = c.sft_data
-        if data not in ("experts", "walkthrough") and not Path(os.path.expanduser(data)).is_file():
-            raise ConfigError(f"config.sft_data: {data!r} is not 'experts', 'walkthrough' or an existing .jsonl file")
+    _check_model("model.policy", c.model.policy, "gpt2")
+    if agents.get(c.agent).needs_critic:
+        _check_model("model.critic", c.model.critic, "roberta")
+    if c.sft.steps:
+        data = c.sft.data
+        if data not in ("experts", "walkthrough") and not Path(data).expanduser().is_file():
+            raise ConfigError(f"config.sft.data: {data!r} is not 'experts', 'walkthrough' or an existing .jsonl file")
         if data == "experts":
-            from archer_jax.envs.experts import EXPERTS
-
-            for kind in c.sft_experts.split(","):
+            for kind in c.sft.experts.split(","):
                 if kind.strip() not in EXPERTS:
-                    raise ConfigError(f"config.sft_experts: unknown expert {kind.strip()!r}; known: {', '.join(EXPERTS)}")
-    registry.check_options(c.env, c)
+                    raise ConfigError(f"config.sft.experts: unknown expert {kind.strip()!r}; known: {', '.join(EXPERTS)}")
+    envs.check_options(c.env.name, c)

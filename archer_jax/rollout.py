@@ -4,7 +4,10 @@
     rollout.summarize(episodes)   # {"return": ..., "success": ..., "length": ...}
 
 ``act(observations, turn) -> actions`` is called once per turn with the observations of the
-dialogues still running (the sampler, CHAI, or a scripted expert behind it).
+dialogues still running (the sampler, CHAI, or a scripted expert behind it). An action of None
+ends its dialogue there, untaken (a walkthrough that has run out, an expert with nothing to say).
+This is the library's one play loop: training rollouts, evaluations and SFT demonstrations all
+come from it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 
 from archer_jax.envs.pool import EnvPool
 
-Act = Callable[[list[str], int], Sequence[str]]
+Act = Callable[[list[str], int], Sequence[str | None]]
 
 
 @dataclasses.dataclass
@@ -51,7 +54,7 @@ def play(
     """Plays one episode in each of the first ``len(seeds)`` envs of ``pool``.
 
     Envs end their own episodes; any still running after ``max_turns`` turns is cut there as
-    truncated. ``progress(turn)`` is called after each turn.
+    truncated, as is one whose action is None. ``progress(turn)`` is called after each turn.
     """
     n = len(seeds)
     if n > pool.num_envs:
@@ -72,6 +75,9 @@ def play(
         still = []
         for i, action in zip(running, actions):
             result, episode = results[i], episodes[i]
+            if action is None:
+                episode.truncated = True
+                continue
             episode.observations.append(observations[i])
             episode.actions.append(action)
             episode.rewards.append(float(result.reward))

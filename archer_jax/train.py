@@ -1,16 +1,17 @@
-r"""Trains an ArCHer, CHAI or filtered-BC agent: ``python -m archer_jax.train --config=... --workdir=...``.
+r"""Trains an agent (ArCHer, CHAI, filtered BC: ``config.agent``): ``python -m archer_jax.train --config=... --workdir=...``.
 
     python -m archer_jax.train --config=configs/20q.py:tiny --workdir=runs/20q_tiny
-    python -m archer_jax.train --config=configs/20q.py --workdir=runs/20q --config.critic_lr=2e-5
+    python -m archer_jax.train --config=configs/20q.py --workdir=runs/20q --config.learner.critic_lr=2e-5
 
-The loop (ArCHer, Zhou et al. 2024, Algorithm 1, online):
+The loop (ArCHer, Zhou et al. 2024, Algorithm 1, online), in :func:`train_and_evaluate`:
 
     optional SFT warm start on demonstrations; greedy eval ("before")
     for iteration = 1 .. iterations:
-        roll out rollout_size dialogues with the policy (env worker pool + jitted sampler)
+        roll out rollout_size dialogues with the agent (env worker pool + jitted sampler)
         add their transitions to the replay buffer
-        epochs x: critic step on a uniform batch, V-target from a fresh a_pi ~ pi(.|s); Polyak
-        after warmup_iter, actor_epochs x: policy-gradient step with A = min Q(s, a_pi) - min V(s)
+        agent.learn: ArCHer: critic_steps TD steps on uniform batches with a fresh a_pi ~ pi(.|s)
+            (Polyak inside); after warmup_iter, actor_steps policy-gradient steps with
+            A = min Q(s, a_pi) - min V(s)   (archer_jax/agents/*.py, archer_jax/learners/archer.py)
         every eval_freq: greedy eval; every save_freq: checkpoint
     summary.json, learning_curve.png
 
@@ -31,17 +32,135 @@ import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
-from archer_jax import report, rollout, sft
+from archer_jax import agents, report, rollout, sft
+from archer_jax.agents.rollouts import collect, evaluate, store
 from archer_jax.checkpoint import Checkpoints
-from archer_jax.config import ConfigError, validate
+from archer_jax.components import Components
+from archer_jax.config import RENAMED, renamed, validate
 from archer_jax.envs.base import EnvError
+from archer_jax.errors import ConfigError, TrainingError
+from archer_jax.learners.train_state import States
+from archer_jax.loop_state import LoopState
 from archer_jax.models.hub import ModelLoadError
-from archer_jax.trainer import States, Trainer, TrainingError, timed
+from archer_jax.xla_flags import set_default_flags
 
 log = logging.getLogger("archer_jax")
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, summary.json and the plot.")
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict[str, Any]:
+    """Trains (or resumes) the run in ``workdir``; returns the summary written to summary.json."""
+    validate(config)
+    _use_compilation_cache(config.compilation_cache)
+    workdir = Path(workdir).expanduser()
+    workdir.mkdir(parents=True, exist_ok=True)
+    _record_config(config, workdir)
+    c, started = config, time.time()
+    agent = agents.get(c.agent)
+    run = Components(c, workdir)
+    checkpoints = Checkpoints(workdir / "checkpoints", keep=c.keep_checkpoints)
+    writers = report.Writers(workdir, use_wandb=c.use_wandb, wandb_project=c.wandb_project, config=c.to_dict())
+    loop = None
+    try:
+        states, replay, loop = _start_or_resume(run, agent, checkpoints, writers, started)
+        resumed_at, session_start = loop.iteration, time.time() - loop.wall_time_s
+
+        for iteration in range(loop.iteration + 1, c.iterations + 1):
+            t0 = time.perf_counter()
+            episodes, t_rollout = timed(collect, run, agent, states, iteration)  # roll out with the policy
+            loop.env_samples += store(run, replay, episodes, loop.episodes)  # into the replay buffer
+            loop.episodes += len(episodes)
+            states, seconds = agent.learn(run, states, replay, iteration)  # critic, actor or BC steps
+
+            metrics = {f"rollout/{k}": v for k, v in rollout.summarize(episodes).items()}
+            metrics.update(run.watchdog.means())
+            metrics.update(env_samples=loop.env_samples, episodes=loop.episodes, replay_size=len(replay))
+            if (c.eval_freq and iteration % c.eval_freq == 0) or iteration == c.iterations:
+                evaluation, t_eval = timed(evaluate, run, agent, states)
+                evaluated = _eval_metrics(evaluation)
+                metrics.update(evaluated, **{"time/eval": t_eval})
+                loop.evals.append(dict(iteration=iteration, env_samples=loop.env_samples, **evaluated))
+            metrics.update({"time/rollout": t_rollout, "time/critic": seconds["critic"], "time/actor": seconds["actor"],
+                            "time/iteration": time.perf_counter() - t0})
+            loop.history.append(dict(iteration=iteration, **metrics))
+            loop.iteration = iteration
+            writers.scalars(iteration, metrics)
+            log.info("%s", report.console_line(iteration, c.iterations, metrics))
+            if iteration % c.save_freq == 0 or iteration == c.iterations:
+                loop.wall_time_s = time.time() - session_start
+                _save(checkpoints, iteration, states, replay, loop)
+    except TrainingError as e:
+        latest = checkpoints.latest()
+        kept = f"the last checkpoint (step {latest}) is intact" if latest is not None else "no checkpoint was written"
+        stopped = "before training" if loop is None else f"at iteration {loop.iteration + 1}"
+        raise TrainingError(f"stopped {stopped}: {e}; {kept}") from None
+    finally:
+        run.close()
+        writers.close()
+    return _finish(c, workdir, loop, resumed_at)
+
+
+def _start_or_resume(run: Components, agent: agents.Agent, checkpoints: Checkpoints, writers: report.Writers,
+                     started: float) -> tuple[States, Any, LoopState]:
+    """The latest checkpoint's states, replay buffer and loop state; or, in a new workdir, fresh
+    ones after the SFT warm start and the "before" evaluation (saved as checkpoint 0)."""
+    c = run.config
+    states = run.init_states()
+    latest = checkpoints.latest()
+    if latest is not None:
+        actor, critic, replay, loop = checkpoints.restore(latest, actor=states.actor, critic=states.critic)
+        loop = LoopState.from_json(loop)
+        log.info("resumed from %s at iteration %d (%d env samples)", checkpoints.directory / str(latest),
+                 loop.iteration, loop.env_samples)
+        return States(actor, critic), replay, loop
+    replay = run.new_replay()
+    loop = LoopState(seed=c.seed, rng=jax.random.key_data(run.key).tolist())
+    writers.hparams(c.to_dict())
+    if c.sft.steps:
+        states, loop.sft = warm_start(run, states, writers)
+    before = _eval_metrics(evaluate(run, agent, states))
+    loop.evals.append(dict(iteration=0, env_samples=0, **before))
+    writers.scalars(0, before)
+    log.info("before training: eval return %.3f, success %.2f", before["eval/return"], before["eval/success"])
+    loop.wall_time_s = time.time() - started
+    _save(checkpoints, 0, states, replay, loop)
+    return states, replay, loop
+
+
+def _save(checkpoints: Checkpoints, step: int, states: States, replay, loop: LoopState) -> None:
+    checkpoints.save(step, actor=states.actor, critic=states.critic, replay=replay, loop=loop.to_json())
+
+
+def warm_start(run: Components, states: States, writers: report.Writers) -> tuple[States, dict[str, Any]]:
+    """SFT on the demonstrations of ``config.sft.data``; the actor's Adam starts fresh after it."""
+    from tqdm.auto import tqdm
+
+    c = run.config
+    observations, actions = sft.demonstrations(c)
+    learner = run.sft_learner()
+    start = time.perf_counter()
+    with tqdm(total=c.sft.steps, desc="SFT", unit="step", leave=False, disable=None) as bar:
+
+        def progress(step: int, metrics: dict) -> None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{metrics['loss']:.3f}")
+
+        actor, history = sft.train(learner, learner.init_actor(), run.pipeline, observations, actions,
+                                   steps=c.sft.steps, batch_size=c.sft.batch_size, seed=c.sft.seed, progress=progress)
+    skipped = sum(m["nonfinite"] for m in history)
+    if skipped == len(history):
+        raise TrainingError(f"SFT: all {skipped} steps had a non-finite loss or gradient")
+    for step in range(0, len(history), max(1, len(history) // 50)):  # tags sft/*, steps 1..sft.steps
+        writers.scalars(step + 1, {f"sft/{k}": v for k, v in history[step].items()})
+    info = dict(
+        pairs=len(observations), steps=c.sft.steps, first_loss=history[0]["loss"], last_loss=history[-1]["loss"],
+        skipped=skipped, seconds=time.perf_counter() - start,
+    )
+    log.info("SFT: %d steps on %d pairs (%s), loss %.3f -> %.3f, %.1f s", c.sft.steps, len(observations),
+             c.sft.data, info["first_loss"], info["last_loss"], info["seconds"])
+    return States(run.learner.init_actor(actor.params), states.critic), info
 
 
 def _last_line(error: Exception) -> str:
@@ -74,139 +193,36 @@ def _use_compilation_cache(directory: str) -> None:
         jax.config.update("jax_compilation_cache_dir", str(path))
 
 
-def warm_start(trainer: Trainer, states: States, writers: report.Writers) -> tuple[States, dict[str, Any]]:
-    """SFT on the demonstrations of ``config.sft_data``; the actor's Adam starts fresh after it."""
-    from tqdm.auto import tqdm
-
-    c = trainer.config
-    observations, actions = sft.demonstrations(c)
-    learner = trainer.sft_learner()
+def timed(fn, *args):
+    """``(fn(*args), seconds)``."""
     start = time.perf_counter()
-    with tqdm(total=c.sft_steps, desc="SFT", unit="step", leave=False, disable=None) as bar:
-
-        def progress(step: int, metrics: dict) -> None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{metrics['loss']:.3f}")
-
-        actor, history = sft.train(
-            learner, learner.init_actor(), trainer.policy_tokenizer, observations, actions,
-            steps=c.sft_steps, batch_size=c.sft_batch_size, seed=c.sft_seed, max_length=trainer.max_prompt_length,
-            max_action_length=c.max_new_tokens, progress=progress,
-        )
-    skipped = sum(m["nonfinite"] for m in history)
-    if skipped == len(history):
-        raise TrainingError(f"SFT: all {skipped} steps had a non-finite loss or gradient")
-    for step in range(0, len(history), max(1, len(history) // 50)):  # tags sft/*, steps 1..sft_steps
-        writers.scalars(step + 1, {f"sft/{k}": v for k, v in history[step].items()})
-    info = dict(
-        pairs=len(observations), steps=c.sft_steps, first_loss=history[0]["loss"], last_loss=history[-1]["loss"],
-        skipped=skipped, seconds=time.perf_counter() - start,
-    )
-    log.info("SFT: %d steps on %d pairs (%s), loss %.3f -> %.3f, %.1f s", c.sft_steps, len(observations),
-             c.sft_data, info["first_loss"], info["last_loss"], info["seconds"])
-    return States(trainer.learner.init_actor(actor.params), states.critic), info
+    out = fn(*args)
+    return out, time.perf_counter() - start
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict[str, Any]:
-    """Trains (or resumes) the run in ``workdir``; returns the summary written to summary.json."""
-    validate(config)
-    _use_compilation_cache(config.compilation_cache)
-    workdir = Path(workdir).expanduser()
-    workdir.mkdir(parents=True, exist_ok=True)
-    _record_config(config, workdir)
-    c = config
-    started = time.time()
-    trainer = Trainer(c, workdir)
-    checkpoints = Checkpoints(workdir / "checkpoints", keep=c.keep_checkpoints)
-    writers = report.Writers(workdir, use_wandb=c.use_wandb, wandb_project=c.wandb_project, config=c.to_dict())
-    try:
-        states = trainer.init_states()
-        latest = checkpoints.latest()
-        if latest is None:
-            replay = trainer.new_replay()
-            loop: dict[str, Any] = dict(iteration=0, env_samples=0, episodes=0, history=[], evals=[], sft=None,
-                                        seed=c.seed, rng=jax.random.key_data(trainer.key).tolist(), wall_time_s=0.0)
-            writers.hparams(c.to_dict())
-            if c.sft_steps:
-                states, loop["sft"] = warm_start(trainer, states, writers)
-            before = _eval_metrics(trainer.evaluate(states))
-            loop["evals"].append(dict(iteration=0, env_samples=0, **before))
-            writers.scalars(0, before)
-            log.info("before training: eval return %.3f, success %.2f", before["eval/return"], before["eval/success"])
-            loop["wall_time_s"] = time.time() - started
-            checkpoints.save(0, actor=states.actor, critic=states.critic, replay=replay, loop=loop)
-        else:
-            actor, critic, replay, loop = checkpoints.restore(latest, actor=states.actor, critic=states.critic)
-            states = States(actor, critic)
-            log.info("resumed from %s at iteration %d (%d env samples)", checkpoints.directory / str(latest),
-                     loop["iteration"], loop["env_samples"])
-        resumed_at, session_start = loop["iteration"], time.time() - loop["wall_time_s"]
-
-        for iteration in range(loop["iteration"] + 1, c.iterations + 1):
-            t0 = time.perf_counter()
-            episodes, t_rollout = timed(trainer.collect, states, iteration)
-            loop["env_samples"] += trainer.store(replay, episodes, loop["episodes"])
-            loop["episodes"] += len(episodes)
-            t_critic = t_actor = 0.0
-            if c.agent in ("archer", "chai"):
-                states, t_critic = timed(trainer.critic_epochs, states, replay, iteration)
-            if c.agent == "archer" and iteration > c.warmup_iter:
-                states, t_actor = timed(trainer.actor_epochs, states, replay, iteration)
-            if c.agent == "filtered_bc":
-                states, t_actor = timed(trainer.filtered_bc_epochs, states, replay)
-
-            metrics = {f"rollout/{k}": v for k, v in rollout.summarize(episodes).items()}
-            metrics.update(trainer.watchdog.means())
-            metrics.update(env_samples=loop["env_samples"], episodes=loop["episodes"], replay_size=len(replay))
-            if (c.eval_freq and iteration % c.eval_freq == 0) or iteration == c.iterations:
-                evaluation, t_eval = timed(trainer.evaluate, states)
-                evaluated = _eval_metrics(evaluation)
-                metrics.update(evaluated, **{"time/eval": t_eval})
-                loop["evals"].append(dict(iteration=iteration, env_samples=loop["env_samples"], **evaluated))
-            metrics.update({"time/rollout": t_rollout, "time/critic": t_critic, "time/actor": t_actor,
-                            "time/iteration": time.perf_counter() - t0})
-            loop["history"].append(dict(iteration=iteration, **metrics))
-            loop["iteration"] = iteration
-            writers.scalars(iteration, metrics)
-            log.info("%s", report.console_line(iteration, c.iterations, metrics))
-            if iteration % c.save_freq == 0 or iteration == c.iterations:
-                loop["wall_time_s"] = time.time() - session_start
-                checkpoints.save(iteration, actor=states.actor, critic=states.critic, replay=replay, loop=loop)
-    except TrainingError as e:
-        latest = checkpoints.latest()
-        kept = f"the last checkpoint (step {latest}) is intact" if latest is not None else "no checkpoint was written"
-        raise TrainingError(f"stopped at iteration {loop['iteration'] + 1}: {e}; {kept}") from None
-    finally:
-        trainer.close()
-        writers.close()
-
-    summary = _finish(c, workdir, loop, resumed_at)
-    return summary
-
-
-def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: dict[str, Any], resumed_at: int) -> dict[str, Any]:
+def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: LoopState, resumed_at: int) -> dict[str, Any]:
     """summary.json, learning_curve.png and history.jsonl from the loop state."""
-    evals = loop["evals"]
+    evals = loop.evals
     summary = dict(
         config=json.loads(c.to_json_best_effort()),
         agent=c.agent,
-        env=c.env,
-        iterations=loop["iteration"],
-        env_samples=loop["env_samples"],
-        episodes=loop["episodes"],
+        env=c.env.name,
+        iterations=loop.iteration,
+        env_samples=loop.env_samples,
+        episodes=loop.episodes,
         eval_return_before=evals[0]["eval/return"],
         eval_success_before=evals[0]["eval/success"],
         eval_return_after=evals[-1]["eval/return"],
         eval_success_after=evals[-1]["eval/success"],
         evals=evals,
-        sft=loop["sft"],
-        wall_time_s=loop["wall_time_s"],
+        sft=loop.sft,
+        wall_time_s=loop.wall_time_s,
         resumed_at_iteration=resumed_at or None,
     )
     report.write_summary(workdir, summary)
-    report.plot_learning_curve(workdir, evals, f"{c.agent} on {c.env}")
+    report.plot_learning_curve(workdir, evals, f"{c.agent} on {c.env.name}")
     with (workdir / report.HISTORY).open("w") as f:
-        for row in loop["history"]:
+        for row in loop.history:
             f.write(json.dumps(row) + "\n")
     log.info("eval return %.3f -> %.3f (success %.2f -> %.2f); wrote %s and %s", summary["eval_return_before"],
              summary["eval_return_after"], summary["eval_success_before"], summary["eval_success_after"],
@@ -233,7 +249,11 @@ def main(argv: list[str]) -> None:
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing with one-line errors: a bad value or an unknown ``--config.x`` key."""
+    """absl flag parsing with one-line errors: a bad value, an unknown or renamed ``--config.x`` key."""
+    for arg in argv[1:]:
+        key = arg.split("=")[0].removeprefix("--config.")
+        if arg.startswith("--config.") and key in RENAMED:
+            sys.exit(f"error: --{renamed(key)}")
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:  # a bad value; a config file's own error comes with its traceback: keep its last line
@@ -247,7 +267,8 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def run() -> None:
-    """The console entry point."""
+    """The console entry point (sets archer_jax's default XLA flags before JAX starts)."""
+    set_default_flags()
     flags.mark_flag_as_required("config")
     app.run(main, flags_parser=parse_flags)
 

@@ -8,8 +8,13 @@ chose a setting in ``XLA_FLAGS``. The option is CPU-only; GPU and TPU programs a
 The sampler's decode loop is compiled with the fusions on (:data:`DECODE_CPU_OPTIONS`): there
 they make decoding faster.
 
-JAX reads ``XLA_FLAGS`` when it creates its first backend, so this runs when archer_jax is
-imported; it does nothing if a backend already exists (then set ``XLA_FLAGS`` yourself).
+JAX reads ``XLA_FLAGS`` when it creates its first backend, so the entry points call
+:func:`set_default_flags` before anything runs on a device: ``python -m archer_jax.train``, the
+benchmarks and the test session. Importing archer_jax does not (a library import has no side
+effects); in your own program or notebook, call it first thing::
+
+    from archer_jax import xla_flags
+    xla_flags.set_default_flags()   # before the first JAX computation
 """
 
 from __future__ import annotations

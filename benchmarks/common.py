@@ -11,7 +11,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import jax
+from archer_jax import xla_flags
+
+xla_flags.set_default_flags()  # as the train app does, before JAX starts a backend
+
+import jax  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -57,7 +57,7 @@ class JaxArcher:
         policy = models.GPT2LMHeadModel(w.policy, **kw)
         critic = learners.DoubleCritic(models.RobertaModel(w.critic, **kw), **kw)
         mesh = sharding.make_mesh()
-        config = learners.LearnerConfig(gamma=w.gamma, tau=w.tau, critic_lr=w.critic_lr, lm_lr=w.lm_lr,
+        config = learners.LearnerConfig(gamma=w.gamma, tau=w.tau, critic_lr=w.critic_lr, actor_lr=w.lm_lr,
                                         max_grad_norm=w.max_grad_norm)
         self.learner = learners.Learner(learners.Actor(policy), critic, config, mesh=mesh)
         self.sampler = Sampler(policy, tokenizer, mesh=mesh)

@@ -2,10 +2,10 @@
 
     python -m archer_jax.train --config=configs/20q.py --workdir=runs/20q
     python -m archer_jax.train --config=configs/20q.py:tiny --workdir=runs/20q_tiny
-    python -m archer_jax.train --config=configs/20q.py --config.critic_lr=2e-5 --config.agent=chai
+    python -m archer_jax.train --config=configs/20q.py --config.learner.critic_lr=2e-5 --config.agent=chai
 
-The default is the official online setting (DESIGN §1): ``gpt2`` policy, ``roberta-base`` critic,
-rollouts of 128 dialogues, 50 critic epochs of 32 x 8 transitions per iteration, 3 actor epochs
+The default is the official online setting (docs/algorithms.md): ``gpt2`` policy, ``roberta-base`` critic,
+rollouts of 128 dialogues, 50 critic steps of 32 x 8 transitions per iteration, 3 actor steps
 after 20 warm-up iterations.
 
 ``tiny`` is the embedded default: it needs no download (tiny GPT-2 / RoBERTa built offline with
@@ -29,32 +29,33 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """The config for ``preset``: "" (the paper's setting), "tiny" or "micro"."""
     c = base_config()
     if preset in ("tiny", "micro"):
-        c.env = "twenty_questions_subset"
-        c.policy = "tiny:gpt2"  # built offline by archer_jax.models.build_tiny
-        c.critic = "tiny:roberta"
+        c.env.name = "twenty_questions_subset"
+        c.model.policy = "tiny:gpt2"  # built offline by archer_jax.models.build_tiny
+        c.model.critic = "tiny:roberta"
         c.iterations = 30
         c.rollout_size = 32
         c.eval_size = 32
         c.capacity = 10_000
         c.batch_size = 32
         c.grad_accum_steps = 1
-        c.epochs = 10
-        c.actor_epochs = 3
+        c.critic_steps = 10
+        c.bc_steps = 10
+        c.actor_steps = 3
         c.warmup_iter = 5
-        c.critic_lr = 1e-4
-        c.lm_lr = 1e-5
+        c.learner.critic_lr = 1e-4
+        c.learner.actor_lr = 1e-5
         # A 64-wide policy puts much mass on junk tokens: sample from its cooler, nucleus-cut
         # distribution (the paper's GPT-2 samples at temperature 1).
-        c.temperature = 0.7
-        c.top_p = 0.9
-        c.max_turns = 12
-        c.max_prompt_length = 256
-        c.max_critic_length = 256
-        c.sft_steps = 300
-        c.sft_lr = 1e-3
-        c.sft_batch_size = 32
-        c.sft_dialogues = 256
-        c.sft_experts = "optimal,random_order"  # half the dialogues ask informative questions in random order
+        c.sampling.temperature = 0.7
+        c.sampling.top_p = 0.9
+        c.env.max_turns = 12
+        c.model.max_prompt_length = 256
+        c.model.max_critic_length = 256
+        c.sft.steps = 300
+        c.sft.lr = 1e-3
+        c.sft.batch_size = 32
+        c.sft.dialogues = 256
+        c.sft.experts = "optimal,random_order"  # half the dialogues ask informative questions in random order
         c.eval_freq = 5
         c.save_freq = 10
     if preset == "micro":
@@ -62,13 +63,14 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         c.rollout_size = 4
         c.eval_size = 4
         c.batch_size = 8
-        c.epochs = 2
-        c.actor_epochs = 1
+        c.critic_steps = 2
+        c.bc_steps = 2
+        c.actor_steps = 1
         c.warmup_iter = 1
-        c.max_turns = 4
-        c.sft_steps = 4
-        c.sft_batch_size = 8
-        c.sft_dialogues = 4
+        c.env.max_turns = 4
+        c.sft.steps = 4
+        c.sft.batch_size = 8
+        c.sft.dialogues = 4
         c.eval_freq = 1
         c.save_freq = 1
     elif preset not in ("", "tiny"):

@@ -3,7 +3,7 @@ computer, piano, chair, pen, scissors), the setting of its Mistral-7B actor expe
 
     python -m archer_jax.train --config=configs/20q_subset.py --workdir=runs/20q_subset
 
-Official online hyperparameters otherwise (DESIGN §1), with the GPT-2 policy and RoBERTa critic.
+Official online hyperparameters otherwise (docs/algorithms.md), with the GPT-2 policy and RoBERTa critic.
 """
 
 from __future__ import annotations
@@ -18,5 +18,5 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     if preset:
         raise ValueError(f"unknown preset {preset!r} for configs/20q_subset.py; it has none")
     c = base_config()
-    c.env = "twenty_questions_subset"
+    c.env.name = "twenty_questions_subset"
     return c

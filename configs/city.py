@@ -1,9 +1,9 @@
-"""Guess My City with ArCHer: 91 cities, the embedded knowledge-base oracle (DESIGN §2).
+"""Guess My City with ArCHer: 91 cities, the embedded knowledge-base oracle.
 
     python -m archer_jax.train --config=configs/city.py --workdir=runs/city
 
-Official online hyperparameters (DESIGN §1): as Twenty Questions, but lm_lr 1e-5 and 10 warm-up
-iterations. An SFT warm start from the scripted city experts: ``--config.sft_steps=2000``.
+Official online hyperparameters (docs/algorithms.md): as Twenty Questions, but learner.actor_lr 1e-5 and 10 warm-up
+iterations. An SFT warm start from the scripted city experts: ``--config.sft.steps=2000``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     if preset:
         raise ValueError(f"unknown preset {preset!r} for configs/city.py; it has none")
     c = base_config()
-    c.env = "guess_my_city"
-    c.lm_lr = 1e-5
+    c.env.name = "guess_my_city"
+    c.learner.actor_lr = 1e-5
     c.warmup_iter = 10
     return c

@@ -2,13 +2,13 @@
 
     pip install -e ".[detective]"
     python -m archer_jax.train --config=configs/detective.py --workdir=runs/detective \
-        --config.env_options.game_path=/path/to/detective.z5
+        --config.env.options.game_path=/path/to/detective.z5
 
 ``detective.z5`` is not shipped: it is in the jericho game suite
 (https://github.com/BYU-PCCL/z-machine-games, ``jericho-game-suite/detective.z5``). Reward is the
 score gained per step (max 360), 50 steps per episode, one game per worker process. Official
-online hyperparameters (DESIGN §1): lm_lr 1e-5, 10 warm-up iterations; the official code ran 4
-envs at a time, here ``env_workers`` processes step them in parallel. ``sft_data="walkthrough"``
+online hyperparameters (docs/algorithms.md): learner.actor_lr 1e-5, 10 warm-up iterations; the official code ran 4
+envs at a time, here ``env.workers`` processes step them in parallel. ``sft.data="walkthrough"``
 warm-starts on jericho's walkthrough.
 """
 
@@ -24,12 +24,12 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     if preset:
         raise ValueError(f"unknown preset {preset!r} for configs/detective.py; it has none")
     c = base_config()
-    c.env = "detective"
-    c.env_options = ml_collections.ConfigDict(dict(game_path="", list_valid_actions=True))
-    c.env_workers = 8
-    c.max_turns = 50
-    c.lm_lr = 1e-5
+    c.env.name = "detective"
+    c.env.options = ml_collections.ConfigDict(dict(game_path="", list_valid_actions=True))
+    c.env.workers = 8
+    c.env.max_turns = 50
+    c.learner.actor_lr = 1e-5
     c.warmup_iter = 10
     c.rollout_size = 32
-    c.sft_data = "walkthrough"
+    c.sft.data = "walkthrough"
     return c

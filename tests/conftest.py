@@ -13,6 +13,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
+# archer_jax's default XLA flags, as the train app sets them (importing archer_jax does not).
+from archer_jax import xla_flags  # noqa: E402
+
+xla_flags.set_default_flags()
+
 # One persistent compilation cache for the whole session, this process and the training runs it
 # starts as subprocesses: the training-app tests run the same programs several times.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:

@@ -1,4 +1,4 @@
-"""Config files: presets and the official values (DESIGN §1)."""
+"""Config files: presets and the official values (docs/algorithms.md)."""
 
 import importlib.util
 from pathlib import Path
@@ -17,18 +17,19 @@ def load(name: str):
 
 def test_20q_default_is_the_papers_setting():
     c = load("20q.py").get_config()
-    # DESIGN §1, official online hyperparameters.
-    assert (c.policy, c.critic, c.agent) == ("gpt2", "roberta-base", "archer")
+    # docs/algorithms.md, official online hyperparameters.
+    assert (c.model.policy, c.model.critic, c.agent) == ("gpt2", "roberta-base", "archer")
     assert (c.capacity, c.rollout_size, c.eval_size, c.batch_size, c.grad_accum_steps) == (100000, 128, 32, 8, 32)
-    assert (c.epochs, c.actor_epochs, c.warmup_iter, c.iterations) == (50, 3, 20, 2000)
-    assert (c.critic_lr, c.lm_lr, c.gamma, c.tau, c.max_grad_norm) == (2e-5, 1e-6, 0.95, 0.1, 1.0)
-    assert (c.max_new_tokens, c.temperature, c.save_freq, c.eval_freq) == (32, 1.0, 25, 25)
+    assert (c.critic_steps, c.actor_steps, c.warmup_iter, c.iterations) == (50, 3, 20, 2000)
+    l = c.learner
+    assert (l.critic_lr, l.actor_lr, l.gamma, l.tau, l.max_grad_norm) == (2e-5, 1e-6, 0.95, 0.1, 1.0)
+    assert (c.sampling.max_new_tokens, c.sampling.temperature, c.save_freq, c.eval_freq) == (32, 1.0, 25, 25)
 
 
 def test_tiny_preset_needs_no_download_and_unknown_presets_fail():
     module = load("20q.py")
     tiny = module.get_config("tiny")
-    assert tiny.policy.startswith("tiny:") and tiny.critic.startswith("tiny:") and tiny.sft_steps > 0
+    assert tiny.model.policy.startswith("tiny:") and tiny.model.critic.startswith("tiny:") and tiny.sft.steps > 0
     assert set(tiny.keys()) == set(module.get_config().keys())  # presets change values, never keys
     with pytest.raises(ValueError, match="unknown preset 'big'"):
         module.get_config("big")
@@ -42,22 +43,22 @@ def test_every_config_file_has_exactly_the_base_keys_and_validates(name, tmp_pat
     assert sorted(c.keys()) == sorted(config_lib.base_config().keys())
     # Offline (as in tests), hub names must be in the HF cache; the rest of the config is checked
     # with the offline tiny models instead.
-    c.policy, c.critic = "tiny:gpt2", "tiny:roberta"
+    c.model.policy, c.model.critic = "tiny:gpt2", "tiny:roberta"
     if name == "detective.py":  # needs the game file, which is not shipped
-        with pytest.raises(config_lib.ConfigError, match="config.env_options.game_path: missing"):
+        with pytest.raises(config_lib.ConfigError, match="config.env.options.game_path: missing"):
             config_lib.validate(c)
         game = tmp_path / "detective.z5"
         game.write_bytes(b"\0")
-        c.env_options.game_path = str(game)
+        c.env.options.game_path = str(game)
     config_lib.validate(c)
     with pytest.raises(ValueError, match="unknown preset"):
         load(name).get_config("nope")
 
 
 def test_env_specific_settings_follow_the_official_code():
-    assert (load("city.py").get_config().lm_lr, load("city.py").get_config().warmup_iter) == (1e-5, 10)
+    assert (load("city.py").get_config().learner.actor_lr, load("city.py").get_config().warmup_iter) == (1e-5, 10)
     detective = load("detective.py").get_config()
-    assert (detective.env, detective.max_turns, detective.warmup_iter, detective.lm_lr) == ("detective", 50, 10, 1e-5)
+    assert (detective.env.name, detective.env.max_turns, detective.warmup_iter, detective.learner.actor_lr) == ("detective", 50, 10, 1e-5)
     webshop = load("webshop.py").get_config()
-    assert (webshop.env, webshop.max_turns, webshop.rollout_size) == ("webshop", 10, 512)
-    assert load("20q_subset.py").get_config().env == "twenty_questions_subset"
+    assert (webshop.env.name, webshop.env.max_turns, webshop.rollout_size) == ("webshop", 10, 512)
+    assert load("20q_subset.py").get_config().env.name == "twenty_questions_subset"

@@ -1,6 +1,8 @@
 """archer_jax's default XLA flags: added when absent, never over a user's own setting."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -27,7 +29,14 @@ def test_an_xla_that_may_not_know_the_options_gets_none():
     assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"
 
 
-def test_importing_archer_jax_set_it_for_this_process():
+def test_importing_archer_jax_changes_no_flag():
+    code = "import os, archer_jax, archer_jax.train, archer_jax.sampling; print(os.environ.get('XLA_FLAGS', '<unset>'))"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
+    assert out.stdout.strip() == "<unset>"
+
+
+def test_the_test_session_set_it_as_the_train_app_does():
     if not xla_flags.options_known():
         pytest.skip("the installed jaxlib is not one the options were checked against")
     assert xla_flags.decode_compiler_options("cpu") == xla_flags.DECODE_CPU_OPTIONS

@@ -1,4 +1,4 @@
-"""Text environments for ArCHer (DESIGN §2): the protocol, the worker pool and the games."""
+"""Text environments for ArCHer (docs/algorithms.md, section 12): the protocol, the worker pool and the games."""
 
 from archer_jax.envs.base import Env, EnvError, StepInfo, StepResult
 

@@ -1,4 +1,4 @@
-"""The environment protocol: text observations in, text actions out (DESIGN §2).
+"""The environment protocol: text observations in, text actions out.
 
     obs = env.reset(seed=0)
     result = env.step("Is it an animal?")

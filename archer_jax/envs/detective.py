@@ -1,4 +1,4 @@
-"""Detective: the Z-machine game ``detective.z5`` through ``jericho`` (DESIGN §2).
+"""Detective: the Z-machine game ``detective.z5`` through ``jericho``.
 
     env = Detective("shared/data/detective.z5")
     obs = env.reset()
@@ -89,7 +89,7 @@ def _is_blocked(command: str) -> bool:
 
 
 def _import_jericho():
-    """jericho, with its valid-action helper pointed at a blank spaCy pipeline (DESIGN §2)."""
+    """jericho, with its valid-action helper pointed at a blank spaCy pipeline."""
     try:
         import jericho
         import jericho.util

@@ -1,6 +1,6 @@
 """Guess My City: find a hidden city among the official 91 (``data/cities.csv``).
 
-Rules (DESIGN §2) as in Twenty Questions — observation ``"Questions:\\n"`` plus one
+Rules (docs/algorithms.md, section 12) as in Twenty Questions — observation ``"Questions:\\n"`` plus one
 ``"<question> <answer>\\n"`` line per turn, reward -1 per turn and 0 on the winning turn, 20
 turns then a truncation — except the win: the city's name (or an alias, e.g. Mumbai / Bombay)
 appears in the question, as whole words. The embedded oracle never says a city's name: it

@@ -161,6 +161,12 @@ class EnvPool:
             self._last_obs[i] = result.observation
         return results
 
+    def local_env(self, index: int) -> Env:
+        """Env ``index`` of an in-process pool (``num_workers=0``), e.g. to read its walkthrough."""
+        if self._local is None:
+            raise ValueError("the envs of a pool with workers live in other processes")
+        return self._local[index]
+
     def worker_pids(self) -> list[int]:
         return [w.process.pid for w in self._workers]
 

@@ -1,11 +1,11 @@
-"""Environments by name, for configs: ``config.env = "guess_my_city"``.
+"""Environments by name, for configs: ``config.env.name = "guess_my_city"``.
 
 Each entry turns a config into a picklable zero-argument factory (what
 :class:`archer_jax.envs.pool.EnvPool` starts in its workers) and, where the env has one, a
 scripted expert for the SFT warm start. Your own env plugs in two ways:
 
-    registry.register("my_game", lambda config: functools.partial(MyGame, **config.env_options))
-    --config.env=my_package.my_module:MyGame      # called with config.env_options as keywords
+    registry.register("my_game", lambda config: functools.partial(MyGame, **config.env.options))
+    --config.env.name=my_package.my_module:MyGame      # called with config.env.options as keywords
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from archer_jax.envs.pool import EnvFactory
+from archer_jax.errors import ConfigError
 
 DETECTIVE_HINT = (
-    "set config.env_options.game_path to detective.z5 (from the jericho game suite, "
+    "set config.env.options.game_path to detective.z5 (from the jericho game suite, "
     "https://github.com/BYU-PCCL/z-machine-games, jericho-game-suite/detective.z5)"
 )
 
@@ -31,7 +32,7 @@ class EnvSpec:
 
     ``factory(config)`` returns a picklable zero-argument env factory. ``expert(kind, seed)``, when
     set, returns a scripted player with ``act(observation) -> action`` for SFT data.
-    ``options`` are the ``config.env_options`` keys the env accepts (with their defaults).
+    ``options`` are the ``config.env.options`` keys the env accepts (with their defaults).
     """
 
     factory: Callable[[Any], EnvFactory]
@@ -43,49 +44,47 @@ class EnvSpec:
 def _twenty_questions(config) -> EnvFactory:
     from archer_jax.envs.twenty_questions import TwentyQuestions
 
-    return functools.partial(TwentyQuestions, max_turns=config.max_turns)
+    return functools.partial(TwentyQuestions, max_turns=config.env.max_turns)
 
 
 def _twenty_questions_subset(config) -> EnvFactory:
     from archer_jax.envs.twenty_questions import TwentyQuestionsSubset
 
-    return functools.partial(TwentyQuestionsSubset, max_turns=config.max_turns)
+    return functools.partial(TwentyQuestionsSubset, max_turns=config.env.max_turns)
 
 
 def _guess_my_city(config) -> EnvFactory:
     from archer_jax.envs.guess_my_city import GuessMyCity
 
-    return functools.partial(GuessMyCity, max_turns=config.max_turns)
+    return functools.partial(GuessMyCity, max_turns=config.env.max_turns)
 
 
 def _detective(config) -> EnvFactory:
     from archer_jax.envs.detective import Detective
 
-    options = config.env_options
+    options = config.env.options
     return functools.partial(
         Detective,
         Path(options.game_path).expanduser(),
-        max_steps=config.max_turns,
+        max_steps=config.env.max_turns,
         list_valid_actions=options.get("list_valid_actions", True),
     )
 
 
 def _check_detective(config) -> None:
-    from archer_jax.config import ConfigError
-
-    path = config.env_options.get("game_path", "")
+    path = config.env.options.get("game_path", "")
     if not path:
-        raise ConfigError(f"config.env_options.game_path: missing; {DETECTIVE_HINT}")
+        raise ConfigError(f"config.env.options.game_path: missing; {DETECTIVE_HINT}")
     if not Path(path).expanduser().is_file():
-        raise ConfigError(f"config.env_options.game_path: {path} does not exist; {DETECTIVE_HINT}")
+        raise ConfigError(f"config.env.options.game_path: {path} does not exist; {DETECTIVE_HINT}")
 
 
 def _webshop(config) -> EnvFactory:
     from archer_jax.envs.webshop import DEFAULT_URL, WebShop
 
-    options = config.env_options
+    options = config.env.options
     return functools.partial(
-        WebShop, options.get("base_url", DEFAULT_URL), max_steps=config.max_turns, timeout_s=options.get("timeout_s", 10.0)
+        WebShop, options.get("base_url", DEFAULT_URL), max_steps=config.env.max_turns, timeout_s=options.get("timeout_s", 10.0)
     )
 
 
@@ -118,64 +117,56 @@ ENVS: dict[str, EnvSpec] = {
 
 
 def register(name: str, factory: Callable[[Any], EnvFactory], *, expert=None, options: dict | None = None) -> None:
-    """Makes ``config.env = name`` build envs with ``factory(config)``."""
+    """Makes ``config.env.name = name`` build envs with ``factory(config)``."""
     ENVS[name] = EnvSpec(factory, expert, dict(options or {}))
 
 
 def _imported(name: str) -> Callable[..., Any]:
-    from archer_jax.config import ConfigError
-
     module_name, _, attr = name.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ConfigError(f"config.env: cannot import {module_name!r} for env {name!r}: {e}") from None
+        raise ConfigError(f"config.env.name: cannot import {module_name!r} for env {name!r}: {e}") from None
     if not callable(getattr(module, attr, None)):
-        raise ConfigError(f"config.env: {module_name!r} has no callable {attr!r}")
+        raise ConfigError(f"config.env.name: {module_name!r} has no callable {attr!r}")
     return getattr(module, attr)
 
 
 def check(name: str) -> None:
     """Raises ConfigError unless ``name`` is a registered env or an importable ``module:callable``."""
-    from archer_jax.config import ConfigError
-
     if name in ENVS:
         return
     if ":" in name:
         _imported(name)
         return
-    raise ConfigError(f"config.env: unknown env {name!r}; known: {', '.join(ENVS)} (or package.module:callable)")
+    raise ConfigError(f"config.env.name: unknown env {name!r}; known: {', '.join(ENVS)} (or package.module:callable)")
 
 
 def check_options(name: str, config) -> None:
-    """Raises ConfigError for ``config.env_options`` keys the env does not take or bad values."""
-    from archer_jax.config import ConfigError
-
+    """Raises ConfigError for ``config.env.options`` keys the env does not take or bad values."""
     if name not in ENVS:
         return  # an imported factory takes its options as keywords and checks them itself
     spec = ENVS[name]
-    for key in config.env_options.keys():
+    for key in config.env.options.keys():
         if key not in spec.options:
             known = ", ".join(spec.options) or "none"
-            raise ConfigError(f"config.env_options.{key}: not an option of env {name!r} (options: {known})")
+            raise ConfigError(f"config.env.options.{key}: not an option of env {name!r} (options: {known})")
     if spec.check is not None:
         spec.check(config)
 
 
 def env_factory(config) -> EnvFactory:
-    """The picklable zero-argument factory of ``config.env``."""
-    if config.env in ENVS:
-        return ENVS[config.env].factory(config)
-    return functools.partial(_imported(config.env), **config.env_options.to_dict())
+    """The picklable zero-argument factory of ``config.env.name``."""
+    if config.env.name in ENVS:
+        return ENVS[config.env.name].factory(config)
+    return functools.partial(_imported(config.env.name), **config.env.options.to_dict())
 
 
 def expert(config, kind: str, seed: int):
-    """The scripted ``kind`` expert of ``config.env`` (for SFT), or a ConfigError naming the env."""
-    from archer_jax.config import ConfigError
-
-    spec = ENVS.get(config.env)
+    """The scripted ``kind`` expert of ``config.env.name`` (for SFT), or a ConfigError naming the env."""
+    spec = ENVS.get(config.env.name)
     if spec is None or spec.expert is None:
         raise ConfigError(
-            f"config.sft_data: env {config.env!r} has no scripted experts; use 'walkthrough' (detective) or a .jsonl file"
+            f"config.sft.data: env {config.env.name!r} has no scripted experts; use 'walkthrough' (detective) or a .jsonl file"
         )
     return spec.expert(kind, seed)

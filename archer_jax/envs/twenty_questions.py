@@ -1,6 +1,6 @@
 """Twenty Questions (the official 157 objects in 17 categories) and its 10-object subset.
 
-Rules (DESIGN §2): the observation starts as ``"Questions:\\n"`` and each turn appends
+Rules (docs/algorithms.md, section 12): the observation starts as ``"Questions:\\n"`` and each turn appends
 ``"<question> <answer>\\n"``. Reward is -1 per turn and 0 on the winning turn; the agent wins
 when the answer is yes and its question ends with one of the object's names (trailing
 punctuation cut; names may be several words, e.g. "soccer ball"). After 20 turns the episode is

@@ -1,40 +1,51 @@
-"""ArCHer's learners: the double critic, the actor, their losses and jitted, sharded steps.
+"""Learning, apart from acting: the networks, their losses and estimators, and jitted, sharded steps.
 
     from archer_jax import learners
     critic = learners.DoubleCritic(models.load_roberta("roberta-base"), rngs=nnx.Rngs(0))
     learner = learners.Learner(learners.Actor(models.load_gpt2("gpt2")), critic, mesh=mesh)
+
+* :mod:`~archer_jax.learners.archer`: ArCHer's critic and actor steps (the paper's algorithm box);
+  :mod:`~archer_jax.learners.bc`: the behaviour-cloning step (filtered BC, SFT).
+* :mod:`~archer_jax.learners.estimators` (TD targets, advantage), :mod:`~archer_jax.learners.losses`
+  (pure losses), :mod:`~archer_jax.learners.registry` (actor losses by name),
+  :mod:`~archer_jax.learners.optimization` (micro-batch gradients, Adam, non-finite guard, Polyak).
+* :mod:`~archer_jax.learners.critic`, :mod:`~archer_jax.learners.actor`: the networks.
+* :mod:`~archer_jax.learners.batches`: batch types and their layout from token rows.
+* :class:`~archer_jax.learners.learner.Learner`: jits the steps with explicit shardings.
 """
 
 from archer_jax.learners.actor import Actor, TokenBaseline, action_logprobs, pack
-from archer_jax.learners.chai import ChaiChoice, chai_actions
-from archer_jax.learners.critic import DoubleCritic, MLPHead, Tokens
+from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
+from archer_jax.learners.critic import CriticValues, DoubleCritic, MLPHead
+from archer_jax.learners.estimators import advantage, td_targets
 from archer_jax.learners.learner import Learner, LearnerConfig
-from archer_jax.learners.losses import LOSSES, CriticValues, advantage, get_loss, polyak, td_targets
+from archer_jax.learners.optimization import polyak
+from archer_jax.learners.registry import ACTOR_LOSSES, ActorLoss, PolicyTerms, get_actor_loss
 from archer_jax.learners.selection import chai_select, filtered_bc_mask
-from archer_jax.learners.steps import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.train_state import TrainState, split_params
+from archer_jax.models.tokenizer import Tokens
 
 __all__ = [
-    "LOSSES",
+    "ACTOR_LOSSES",
     "Actor",
     "ActorBatch",
+    "ActorLoss",
     "BCBatch",
-    "ChaiChoice",
     "CriticBatch",
     "CriticValues",
     "DoubleCritic",
     "Learner",
     "LearnerConfig",
     "MLPHead",
+    "PolicyTerms",
     "TokenBaseline",
     "Tokens",
     "TrainState",
     "action_logprobs",
     "advantage",
-    "chai_actions",
     "chai_select",
     "filtered_bc_mask",
-    "get_loss",
+    "get_actor_loss",
     "pack",
     "polyak",
     "split_params",

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from archer_jax.learners.critic import Tokens
+from archer_jax.models.tokenizer import Tokens
 from archer_jax.models.gpt2.model import GPT2LMHeadModel
 from archer_jax.models.layers import DType, annotated
 

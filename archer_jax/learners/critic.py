@@ -14,20 +14,22 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from archer_jax.learners.losses import CriticValues
 from archer_jax.models.layers import DType, annotated
 from archer_jax.models.roberta.model import RobertaModel
+from archer_jax.models.tokenizer import Tokens
 
 Array = jax.Array
 
 EMBEDDINGS = ("pooler", "first_token")
 
 
-class Tokens(NamedTuple):
-    """A batch of token ids with its 0/1 attention mask, ``[batch, length]`` each."""
+class CriticValues(NamedTuple):
+    """Both heads of the double critic: ``Q_i(s, a)`` and ``V_i(s)``, each ``[batch]``."""
 
-    ids: Array
-    mask: Array
+    q1: Array
+    q2: Array
+    v1: Array
+    v2: Array
 
 
 class MLPHead(nnx.Module):

@@ -22,26 +22,31 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from archer_jax import sharding as shd
-from archer_jax.learners import steps, train_state
+from archer_jax.learners import archer, bc, registry, train_state
 from archer_jax.learners.actor import Actor
-from archer_jax.learners.critic import DoubleCritic, Tokens
+from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
+from archer_jax.learners.critic import DoubleCritic
 from archer_jax.learners.train_state import TrainState
+from archer_jax.models.tokenizer import Tokens
 
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
-    """Hyperparameters of the learner (official online defaults, DESIGN §1)."""
+    """Hyperparameters of the learner (official online defaults, ``docs/algorithms.md``);
+    ``LearnerConfig(**config.learner)`` builds it from a run's config."""
 
     gamma: float = 0.95
     tau: float = 0.1
     critic_lr: float = 2e-5
-    lm_lr: float = 1e-6
+    actor_lr: float = 1e-6
     max_grad_norm: float = 1.0
-    actor_loss: str = "actor_pg"  # or "actor_token_baseline"
+    actor_loss: str = "actor_pg"  # a name in archer_jax.learners.registry
 
     def __post_init__(self):
-        if self.actor_loss not in ("actor_pg", "actor_token_baseline"):
-            raise ValueError(f"actor_loss must be 'actor_pg' or 'actor_token_baseline', got {self.actor_loss!r}")
+        try:
+            registry.get_actor_loss(self.actor_loss)
+        except KeyError as e:
+            raise ValueError(str(e).strip("\"'")) from None
         if not 0.0 <= self.tau <= 1.0:
             raise ValueError(f"tau must be in [0, 1], got {self.tau}")
         if not 0.0 <= self.gamma <= 1.0:
@@ -60,45 +65,41 @@ class Learner:
         mesh: Mesh | None = None,
         rules: shd.Rules = shd.DEFAULT_RULES,
     ):
-        if (config.actor_loss == "actor_token_baseline") != (actor.baseline is not None):
-            raise ValueError(
-                f"actor_loss {config.actor_loss!r} needs an Actor built with token_baseline="
-                f"{config.actor_loss == 'actor_token_baseline'}"
-            )
+        needs_baseline = registry.get_actor_loss(config.actor_loss).needs_baseline
+        if needs_baseline != (actor.baseline is not None):
+            raise ValueError(f"actor_loss {config.actor_loss!r} needs an Actor built with token_baseline={needs_baseline}")
         self.config = config
         self.mesh = mesh if mesh is not None else shd.single_device_mesh()
         self.rules = rules
         self.actor_graphdef, self._actor_params = train_state.split_params(actor)
         self.has_critic = critic is not None
-        self.actor_tx = train_state.optimizer(config.lm_lr, config.max_grad_norm)
+        self.actor_tx = train_state.optimizer(config.actor_lr, config.max_grad_norm)
         self.critic_tx = train_state.optimizer(config.critic_lr, config.max_grad_norm)
         self.actor_shardings = self._shardings(self._actor_params, self.actor_tx, with_target=False)
 
         tokens = Tokens(self.batch_sharding(3), self.batch_sharding(3))
-        critic_batch = steps.CriticBatch(tokens, tokens, tokens, tokens, self.batch_sharding(2), self.batch_sharding(2))
-        actor_batch = steps.ActorBatch(tokens, tokens, tokens, tokens)
-        bc_batch = steps.BCBatch(tokens, tokens)
+        critic_batch = CriticBatch(tokens, tokens, tokens, tokens, self.batch_sharding(2), self.batch_sharding(2))
+        actor_batch = ActorBatch(tokens, tokens, tokens, tokens)
+        bc_batch = BCBatch(tokens, tokens)
         replicated = shd.replicated(self.mesh)
         c = config
         if critic is not None:  # filtered BC trains the actor alone
             self.critic_graphdef, self._critic_params = train_state.split_params(critic)
             self.critic_shardings = self._shardings(self._critic_params, self.critic_tx, with_target=True)
             self._critic_step = jax.jit(
-                functools.partial(steps.critic_step, self.critic_graphdef, self.critic_tx, c.gamma, c.tau),
+                functools.partial(archer.critic_step, self.critic_graphdef, self.critic_tx, c.gamma, c.tau),
                 in_shardings=(self.critic_shardings, critic_batch),
                 out_shardings=(self.critic_shardings, replicated),
                 donate_argnums=(0,),
             )
             self._actor_step = jax.jit(
-                functools.partial(
-                    steps.actor_step, self.actor_graphdef, self.critic_graphdef, self.actor_tx, c.actor_loss
-                ),
+                functools.partial(archer.actor_step, self.actor_graphdef, self.critic_graphdef, self.actor_tx, c.actor_loss),
                 in_shardings=(self.actor_shardings, self.critic_shardings.params, actor_batch),
                 out_shardings=(self.actor_shardings, replicated),
                 donate_argnums=(0,),
             )
         self._bc_step = jax.jit(
-            functools.partial(steps.bc_step, self.actor_graphdef, self.actor_tx),
+            functools.partial(bc.bc_step, self.actor_graphdef, self.actor_tx),
             in_shardings=(self.actor_shardings, bc_batch),
             out_shardings=(self.actor_shardings, replicated),
             donate_argnums=(0,),
@@ -151,19 +152,19 @@ class Learner:
                 f"batch size {size} is not a multiple of the mesh's batch axes ({multiple} = data x fsdp)"
             )
 
-    def critic_step(self, state: TrainState, batch: steps.CriticBatch) -> tuple[TrainState, dict]:
+    def critic_step(self, state: TrainState, batch: CriticBatch) -> tuple[TrainState, dict]:
         """One critic optimizer step (gradients averaged over the micro-batches) + Polyak."""
         self._need_critic()
         self._check(batch)
         return self._critic_step(state, batch)
 
-    def actor_step(self, state: TrainState, critic_params: nnx.State, batch: steps.ActorBatch) -> tuple[TrainState, dict]:
+    def actor_step(self, state: TrainState, critic_params: nnx.State, batch: ActorBatch) -> tuple[TrainState, dict]:
         """One actor step with the advantage of the online critic (``critic_params``, unchanged)."""
         self._need_critic()
         self._check(batch)
         return self._actor_step(state, critic_params, batch)
 
-    def bc_step(self, state: TrainState, batch: steps.BCBatch) -> tuple[TrainState, dict]:
+    def bc_step(self, state: TrainState, batch: BCBatch) -> tuple[TrainState, dict]:
         """One behaviour-cloning (SFT) step on the actor."""
         self._check(batch)
         return self._bc_step(state, batch)

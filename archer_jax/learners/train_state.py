@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -27,6 +29,14 @@ class TrainState(NamedTuple):
     target: nnx.State | None
     step: Array
     skipped: Array
+
+
+@dataclasses.dataclass
+class States:
+    """What an agent trains: the actor and (unless the agent has none) the critic with its target."""
+
+    actor: TrainState
+    critic: TrainState | None
 
 
 def optimizer(learning_rate: float, max_grad_norm: float | None) -> optax.GradientTransformation:

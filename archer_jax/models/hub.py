@@ -54,8 +54,8 @@ def is_offline() -> bool:
     return any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
-def _looks_like_path(name: str) -> bool:
-    # Hub ids are "name" or "owner/name"; anything else is meant as a filesystem path.
+def looks_like_path(name: str) -> bool:
+    """Whether ``name`` is meant as a filesystem path: hub ids are "name" or "owner/name"."""
     return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
 
 
@@ -72,7 +72,7 @@ def resolve(name_or_path: str | os.PathLike) -> Path:
         return path
     if path.exists():
         raise ModelLoadError(f"{path} is a file; pass the model directory that holds {CONFIG} and the weights")
-    if _looks_like_path(name):
+    if looks_like_path(name):
         raise ModelLoadError(f"model directory {path} does not exist")
     return _download(name)
 

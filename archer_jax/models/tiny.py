@@ -18,6 +18,7 @@ from archer_jax.models.gpt2.model import GPT2Config
 from archer_jax.models.roberta.model import RobertaConfig
 
 KINDS = ("gpt2", "roberta")
+TINY_PREFIX = "tiny:"  # a config's "tiny:gpt2" / "tiny:roberta": built offline by build_tiny
 _GPT2_SPECIAL = ["<|endoftext|>"]
 _ROBERTA_SPECIAL = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
@@ -141,3 +142,11 @@ def build_tiny(kind: str, directory: str | os.PathLike, seed: int = 0) -> Path:
     with jax.default_device(jax.local_devices(backend="cpu")[0]):
         model = ARCHITECTURES[kind].module_cls(config, rngs=nnx.Rngs(seed))
     return save_pretrained(model, directory, tokenizer=tokenizer)
+
+
+def model_directory(name: str, kind: str, workdir: str | os.PathLike) -> str:
+    """``tiny:<kind>`` is built (offline) under ``workdir/models``; anything else is a hub name or
+    directory for the loaders."""
+    if name.startswith(TINY_PREFIX):
+        return str(build_tiny(kind, Path(workdir) / "models" / f"tiny_{kind}"))
+    return name

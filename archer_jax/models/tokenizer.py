@@ -135,3 +135,12 @@ def pad_rows(
         ids[i, span] = row
         mask[i, span] = 1
     return Tokens(ids, mask)
+
+
+def action_rows(tokenizer, actions: Sequence[str], *, stop_string: str = "\n", max_action_length: int = 64) -> list[np.ndarray]:
+    """Each action + ``stop_string`` in policy token rows, tokenized on its own (no special
+    tokens), as the sampler produces it after the observation. An action longer than
+    ``max_action_length`` tokens keeps its beginning (what the sampler would have produced)."""
+    texts = [a + stop_string for a in actions]
+    rows = token_rows(tokenizer, texts, max_length=1 << 30, add_special_tokens=False)
+    return [r[:max_action_length] for r in rows]

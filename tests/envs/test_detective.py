@@ -1,4 +1,4 @@
-"""Detective through jericho (DESIGN §2): walkthrough, observation, limits, bad actions."""
+"""Detective through jericho (docs/algorithms.md, section 12): walkthrough, observation, limits, bad actions."""
 
 from __future__ import annotations
 

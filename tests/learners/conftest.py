@@ -5,7 +5,7 @@ import pytest
 from flax import nnx
 
 from archer_jax import learners, models
-from archer_jax.learners import batches
+from tests.learners import text_batches as batches
 
 OBSERVATIONS = [
     "Questions:\n",

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from archer_jax import learners, models
-from archer_jax.learners import batches
+from tests.learners import text_batches as batches
 from tests import hf_reference as ref
 from tests.learners.conftest import ACTIONS, OBSERVATIONS
 

@@ -3,16 +3,17 @@
 import numpy as np
 
 from archer_jax.learners import batches
-from archer_jax.models.tokenizer import token_rows
+from tests.learners import text_batches
+from archer_jax.models.tokenizer import action_rows, token_rows
 
 
 def test_critic_batch_from_rows_equals_the_text_path(tokenizers):
     _, critic_tok = tokenizers
     obs = ["Questions:\n", "Questions:\nIs it alive? Yes.\n"]
     act, nxt, pi = ["Is it alive?", "Is it a dog?"], ["Questions:\nIs it alive? No.\n"] * 2, ["Is it red?", "x"]
-    from_texts = batches.critic_batch(critic_tok, obs, act, nxt, pi, [-1.0, 0.0], [False, True], micro_batch_count=1, max_length=64)
+    from_texts = text_batches.critic_batch(critic_tok, obs, act, nxt, pi, [-1.0, 0.0], [False, True], micro_batch_count=1, max_length=64)
     rows = lambda texts: token_rows(critic_tok, texts, max_length=64)  # noqa: E731
-    from_rows = batches.critic_batch_from_rows(
+    from_rows = batches.critic_batch(
         critic_tok, rows(obs), rows(act), rows(nxt), rows(pi), [-1.0, 0.0], [False, True], micro_batch_count=1, max_length=64
     )
     for a, b in zip(from_texts, from_rows):
@@ -26,7 +27,7 @@ def test_critic_batch_from_rows_equals_the_text_path(tokenizers):
 def test_action_rows_end_with_the_stop_token_and_keep_their_beginning(tokenizers):
     policy_tok, _ = tokenizers
     newline = policy_tok("\n", add_special_tokens=False)["input_ids"]
-    short, long = batches.action_rows(policy_tok, ["Is it a dog?", "Does it have keys that you press " * 4], max_action_length=12)
+    short, long = action_rows(policy_tok, ["Is it a dog?", "Does it have keys that you press " * 4], max_action_length=12)
     assert list(short[-len(newline):]) == newline
     full = policy_tok("Does it have keys that you press " * 4 + "\n", add_special_tokens=False)["input_ids"]
     assert len(full) > 12 and list(long) == full[:12]

@@ -5,8 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from archer_jax import learners, models
-from archer_jax.learners import batches
+from archer_jax import acting, learners, models
+from archer_jax.models.tokenizer import token_rows
+from tests.learners import text_batches as batches
 from archer_jax.sampling import Sampler, SamplingParams
 from tests.learners.conftest import OBSERVATIONS, make_modules
 
@@ -18,8 +19,10 @@ def sampler(tiny_dirs, tokenizers):
 
 def test_actor_batch_from_the_sampler_reproduces_its_logprobs(tiny_dirs, tokenizers, sampler):
     """The actor scores exactly what was sampled: packed log-probs == the sampler's (< 1e-4)."""
-    batch, generation = batches.sampled_actor_batch(
-        sampler, tokenizers[1], OBSERVATIONS * 2, jax.random.key(0), SamplingParams(max_new_tokens=8),
+    observations = OBSERVATIONS * 2
+    batch, generation = acting.sampled_actor_batch(
+        sampler, tokenizers[1], token_rows(tokenizers[0], observations, max_length=sampler.prompt_limit(SamplingParams(max_new_tokens=8))),
+        token_rows(tokenizers[1], observations, max_length=512), jax.random.key(0), SamplingParams(max_new_tokens=8),
         micro_batch_count=2,
     )
     assert batch.observation.ids.shape[:2] == (2, 4) and batch.action.ids.shape[2] == 8
@@ -37,7 +40,7 @@ def test_chai_acts_with_the_best_pessimistic_target_q(tiny_dirs, tokenizers, sam
     _, critic = make_modules(tiny_dirs, seed=3)
     graphdef, params = learners.split_params(critic)
     obs = OBSERVATIONS[:3]
-    choice = learners.chai_actions(
+    choice = acting.chai_actions(
         sampler, graphdef, params, tokenizers[1], obs, jax.random.key(1), SamplingParams(max_new_tokens=6), k=4
     )
     assert choice.values.shape == (3, 4) and len(choice.candidates.texts) == 12

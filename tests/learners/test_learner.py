@@ -7,10 +7,10 @@ import optax
 import pytest
 
 from archer_jax import learners, sharding
-from archer_jax.learners import steps, train_state
+from archer_jax.learners import archer, train_state
 from tests.learners.conftest import actor_batch, critic_batch, make_modules
 
-CONFIG = learners.LearnerConfig(critic_lr=1e-4, lm_lr=1e-4)
+CONFIG = learners.LearnerConfig(critic_lr=1e-4, actor_lr=1e-4)
 
 
 def as_numpy(tree):
@@ -89,7 +89,7 @@ def _sgd_critic_update(tiny_dirs, batch, tx):
     _, critic = make_modules(tiny_dirs)
     graphdef, params = train_state.split_params(critic)
     state = train_state.create(params, tx, with_target=True)
-    new, metrics = jax.jit(lambda s, b: steps.critic_step(graphdef, tx, 0.95, 0.1, s, b))(state, batch)
+    new, metrics = jax.jit(lambda s, b: archer.critic_step(graphdef, tx, 0.95, 0.1, s, b))(state, batch)
     return as_numpy(jax.tree.map(jnp.subtract, new.params, params)), metrics
 
 

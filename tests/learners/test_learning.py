@@ -13,7 +13,7 @@ import numpy as np
 from flax import nnx
 
 from archer_jax import learners
-from archer_jax.learners import batches
+from tests.learners import text_batches as batches
 from tests.learners.conftest import make_modules
 
 GAMMA = 0.9
@@ -35,7 +35,7 @@ def transitions():
 def test_critic_learns_the_true_values_and_the_actor_the_better_action(tiny_dirs, tokenizers):
     policy_tok, critic_tok = tokenizers
     actor, critic = make_modules(tiny_dirs, seed=1)
-    config = learners.LearnerConfig(gamma=GAMMA, tau=0.1, critic_lr=1e-3, lm_lr=3e-4, max_grad_norm=1.0)
+    config = learners.LearnerConfig(gamma=GAMMA, tau=0.1, critic_lr=1e-3, actor_lr=3e-4, max_grad_norm=1.0)
     learner = learners.Learner(actor, critic, config)
     obs, act, rew, nxt, term, pi = zip(*transitions())
     batch = batches.critic_batch(critic_tok, obs, act, nxt, pi, rew, term, micro_batch_count=1)

@@ -1,4 +1,5 @@
-"""The losses against independent NumPy float64 re-derivations of DESIGN §1's equations."""
+"""The losses and estimators against independent NumPy float64 re-derivations of the equations in
+docs/algorithms.md."""
 
 import jax
 import jax.numpy as jnp
@@ -34,14 +35,11 @@ def test_critic_td_loss_matches_numpy():
     f = lambda *a: jnp.asarray(np.stack(a), jnp.float32)  # noqa: E731
     online = losses.CriticValues(*f(q1, q2, v1, v2))
     z = np.zeros(n)
-    loss, aux = losses.critic_td_loss(
-        online,
-        losses.CriticValues(*f(z, z, nv1, nv2)),
-        losses.CriticValues(*f(pq1, pq2, z, z)),
-        jnp.asarray(r, jnp.float32),
-        jnp.asarray(terminal, jnp.float32),
-        gamma,
+    next_target, pi_target = losses.CriticValues(*f(z, z, nv1, nv2)), losses.CriticValues(*f(pq1, pq2, z, z))
+    q_targets = losses.td_targets(
+        jnp.asarray(r, jnp.float32), jnp.asarray(terminal, jnp.float32), next_target.v1, next_target.v2, gamma
     )
+    loss, aux = losses.critic_loss(online, q_targets, (pi_target.q1, pi_target.q2))
     assert rel_err(loss, expected_q + expected_v) < RTOL
     assert rel_err(aux["q_loss"], expected_q) < RTOL
     assert rel_err(aux["v_loss"], expected_v) < RTOL
@@ -60,7 +58,7 @@ def test_critic_loss_gradient_flows_only_into_online_values():
     def loss_of(online_scale, target_scale):
         v = losses.CriticValues(*(values * online_scale))
         t = losses.CriticValues(*(values * target_scale))
-        return losses.critic_td_loss(v, t, t, jnp.ones(4), jnp.zeros(4), 0.9)[0]
+        return losses.critic_loss(v, losses.td_targets(jnp.ones(4), jnp.zeros(4), t.v1, t.v2, 0.9), (t.q1, t.q2))[0]
     assert jax.grad(loss_of, argnums=1)(1.0, 2.0) == 0.0
     assert jax.grad(loss_of, argnums=0)(1.0, 2.0) != 0.0
 
@@ -107,15 +105,15 @@ def test_polyak_closed_form():
     online = {"w": rng.normal(size=(3, 2)), "b": rng.normal(size=2)}
     t32 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), target)
     o32 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), online)
-    copied = losses.polyak(t32, o32, 1.0)
-    kept = losses.polyak(t32, o32, 0.0)
+    copied = learners.polyak(t32, o32, 1.0)
+    kept = learners.polyak(t32, o32, 0.0)
     for k in target:
         np.testing.assert_array_equal(np.asarray(copied[k]), np.asarray(o32[k]))
         np.testing.assert_array_equal(np.asarray(kept[k]), np.asarray(t32[k]))
     tau, n = 0.1, 25
     moved = t32
     for _ in range(n):
-        moved = losses.polyak(moved, o32, tau)
+        moved = learners.polyak(moved, o32, tau)
     for k in target:  # theta_bar_n = (1 - tau)^n theta_bar_0 + (1 - (1 - tau)^n) theta
         expected = (1 - tau) ** n * target[k] + (1 - (1 - tau) ** n) * online[k]
         assert rel_err(moved[k], expected) < RTOL
@@ -137,8 +135,17 @@ def test_filtered_bc_keeps_the_top_fraction():
         learners.filtered_bc_mask(returns, 0.0)
 
 
-def test_losses_are_registered_by_name():
-    assert learners.get_loss("critic_td") is losses.critic_td_loss
-    assert {"critic_td", "actor_pg", "actor_token_baseline", "bc_nll"} <= set(learners.LOSSES)
-    with pytest.raises(KeyError, match="unknown loss 'nope'"):
-        learners.get_loss("nope")
+def test_actor_losses_are_registered_by_name_with_one_signature_and_their_needs():
+    assert set(learners.ACTOR_LOSSES) == {"actor_pg", "actor_token_baseline"}
+    assert not learners.get_actor_loss("actor_pg").needs_baseline
+    assert learners.get_actor_loss("actor_token_baseline").needs_baseline
+    with pytest.raises(KeyError, match="unknown actor loss 'nope'; registered: actor_pg, actor_token_baseline"):
+        learners.get_actor_loss("nope")
+    # Each entry, called with PolicyTerms, is its pure loss on the same arrays.
+    rng = np.random.default_rng(5)
+    adv, logp, base = (jnp.asarray(x, jnp.float32) for x in (rand(rng, 4), -np.abs(rand(rng, 4, 3)), rand(rng, 4, 3)))
+    mask = jnp.asarray([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]], jnp.float32)
+    terms = learners.PolicyTerms(adv, logp, mask, base)
+    assert float(learners.get_actor_loss("actor_pg")(terms)[0]) == float(losses.actor_pg_loss(adv, logp, mask)[0])
+    expected = losses.actor_token_baseline_loss(adv, logp, base, mask)[0]
+    assert float(learners.get_actor_loss("actor_token_baseline")(terms)[0]) == float(expected)

@@ -27,21 +27,27 @@ from archer_jax import config as config_lib
 from archer_jax.checkpoint import Checkpoints
 from archer_jax.envs import registry
 from archer_jax.envs.base import StepResult
+from archer_jax.components import Components
 from archer_jax.envs.twenty_questions import TwentyQuestionsSubset
+from archer_jax.errors import TrainingError
 from archer_jax.train import train_and_evaluate
-from archer_jax.trainer import Trainer, TrainingError
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "20q.py"
 
 
 def micro(**overrides):
+    """The micro preset with ``overrides``; a key ``group__name`` sets ``c.group.name``."""
     spec = importlib.util.spec_from_file_location("config_20q", CONFIG)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     c = module.get_config("micro")
     for key, value in overrides.items():
-        setattr(c, key, value)
+        *groups, name = key.split("__")
+        target = c
+        for group in groups:
+            target = target[group]
+        setattr(target, name, value)
     return c
 
 
@@ -51,14 +57,14 @@ def cli(workdir: Path, *flags: str) -> list[str]:
 
 def restored(workdir: Path, c, step: int | None = None):
     """(actor, critic, replay, loop) of a run's checkpoint (default: the latest)."""
-    trainer = Trainer(c, workdir)
+    run = Components(c, workdir)
     try:
         checkpoints = Checkpoints(workdir / "checkpoints")
         step = checkpoints.latest() if step is None else step
-        states = trainer.init_states()
+        states = run.init_states()
         return checkpoints.restore(step, actor=states.actor, critic=states.critic)
     finally:
-        trainer.close()
+        run.close()
 
 
 def without_time(history: list[dict]) -> list[dict]:
@@ -82,7 +88,7 @@ def test_micro_run_trains_checkpoints_and_reports(tmp_path):
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     for key in ("config", "iterations", "env_samples", "eval_return_before", "eval_return_after", "wall_time_s"):
         assert key in on_disk
-    assert on_disk["config"]["agent"] == "archer" and on_disk["sft"]["steps"] == c.sft_steps
+    assert on_disk["config"]["agent"] == "archer" and on_disk["sft"]["steps"] == c.sft.steps
     assert (tmp_path / "learning_curve.png").stat().st_size > 1000
     assert list(tmp_path.glob("events.out.tfevents.*")), "no TensorBoard event file"
     history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
@@ -96,7 +102,7 @@ def test_micro_run_trains_checkpoints_and_reports(tmp_path):
     # The checkpoint holds what the run trained: the actor moved away from the SFT result and the
     # critic's target moved toward the critic (Polyak), and the replay buffer holds every sample.
     actor, critic, replay, loop = restored(tmp_path, c)
-    assert int(critic.step) == c.epochs * 2 and int(actor.step) == c.actor_epochs * 1
+    assert int(critic.step) == c.critic_steps * 2 and int(actor.step) == c.actor_steps * 1
     assert len(replay) == summary["env_samples"] and loop["iteration"] == 2
 
     # Starting again on a finished workdir resumes at the end: nothing is trained twice.
@@ -105,18 +111,18 @@ def test_micro_run_trains_checkpoints_and_reports(tmp_path):
 
 
 def test_chai_trains_the_critic_only_and_filtered_bc_the_policy_only(tmp_path):
-    chai = micro(agent="chai", chai_samples=2, iterations=1, sft_steps=0)
+    chai = micro(agent="chai", chai_samples=2, iterations=1, sft__steps=0)
     train_and_evaluate(chai, tmp_path / "chai")
     actor0, critic0, _, _ = restored(tmp_path / "chai", chai, step=0)
     actor1, critic1, _, loop = restored(tmp_path / "chai", chai, step=1)
     assert_same_tree(actor1.params, actor0.params)  # CHAI's policy is frozen
-    assert int(critic1.step) == chai.epochs and "actor/loss" not in loop["history"][0]
+    assert int(critic1.step) == chai.critic_steps and "actor/loss" not in loop["history"][0]
 
-    bc = micro(agent="filtered_bc", iterations=1, sft_steps=0)
+    bc = micro(agent="filtered_bc", iterations=1, sft__steps=0)
     train_and_evaluate(bc, tmp_path / "bc")
     actor0, critic0, _, _ = restored(tmp_path / "bc", bc, step=0)
     actor1, critic1, _, loop = restored(tmp_path / "bc", bc, step=1)
-    assert critic1 is None and int(actor1.step) == bc.epochs
+    assert critic1 is None and int(actor1.step) == bc.bc_steps
     assert "bc/loss" in loop["history"][0] and "critic/loss" not in loop["history"][0]
     assert not (tmp_path / "bc" / "models" / "tiny_roberta").exists()  # no critic is built
 
@@ -225,7 +231,7 @@ class NanRewardGame(TwentyQuestionsSubset):
 def test_non_finite_losses_are_skipped_counted_and_stop_the_run(tmp_path, monkeypatch):
     monkeypatch.setitem(registry.ENVS, "nan_game", registry.EnvSpec(lambda c: functools.partial(NanRewardGame)))
     # 2 critic steps per iteration; the 4th consecutive skipped step stops the run (iteration 2).
-    c = micro(env="nan_game", sft_steps=0, iterations=4, save_freq=1, max_nonfinite_steps=4)
+    c = micro(env__name="nan_game", sft__steps=0, iterations=4, save_freq=1, max_nonfinite_steps=4)
     with pytest.raises(TrainingError, match=r"stopped at iteration 2: 4 consecutive critic steps .* checkpoint \(step 1\) is intact"):
         train_and_evaluate(c, tmp_path)
     assert _complete_steps(tmp_path) == {0, 1}
@@ -246,16 +252,17 @@ def test_non_finite_losses_are_skipped_counted_and_stop_the_run(tmp_path, monkey
     "overrides, message",
     [
         (dict(agent="ppo"), "config.agent: unknown value 'ppo'"),
-        (dict(env="chess"), "config.env: unknown env 'chess'"),
-        (dict(policy="/no/such/model"), "config.policy: model directory /no/such/model does not exist"),
-        (dict(critic="./missing_roberta"), "config.critic: model directory ./missing_roberta does not exist"),
-        (dict(critic="tiny:gpt2"), "config.critic: 'tiny:gpt2' is not a tiny model for this role"),
-        (dict(policy="no-such-org/no-such-model"), "config.policy: cannot load 'no-such-org/no-such-model'"),
-        (dict(critic_lr=-1.0), r"config.critic_lr: must be > 0"),
-        (dict(gamma=1.5), r"config.gamma: must be in \[0, 1\]"),
-        (dict(sft_experts="optimal,lazy"), "config.sft_experts: unknown expert 'lazy'"),
-        (dict(sft_data="/no/such/file.jsonl"), "config.sft_data: '/no/such/file.jsonl' is not"),
-        (dict(env="detective"), "config.env_options.game_path: missing"),
+        (dict(env__name="chess"), "config.env.name: unknown env 'chess'"),
+        (dict(model__policy="/no/such/model"), "config.model.policy: model directory /no/such/model does not exist"),
+        (dict(model__critic="./missing_roberta"), "config.model.critic: model directory ./missing_roberta does not exist"),
+        (dict(model__critic="tiny:gpt2"), "config.model.critic: 'tiny:gpt2' is not a tiny model for this role"),
+        (dict(model__policy="no-such-org/no-such-model"), "config.model.policy: cannot load 'no-such-org/no-such-model'"),
+        (dict(learner__critic_lr=-1.0), r"config.learner.critic_lr: must be > 0"),
+        (dict(learner__gamma=1.5), r"config.learner.gamma: must be in \[0, 1\]"),
+        (dict(learner__actor_loss="ppo"), "config.learner.actor_loss: unknown value 'ppo'; known: actor_pg, actor_token_baseline"),
+        (dict(sft__experts="optimal,lazy"), "config.sft.experts: unknown expert 'lazy'"),
+        (dict(sft__data="/no/such/file.jsonl"), "config.sft.data: '/no/such/file.jsonl' is not"),
+        (dict(env__name="detective"), "config.env.options.game_path: missing"),
     ],
 )
 def test_bad_configs_fail_before_anything_is_built(overrides, message, tmp_path):
@@ -272,8 +279,14 @@ def test_unknown_keys_and_wrong_types_in_a_config_object():
     with pytest.raises(config_lib.ConfigError, match="config.learning_rate: unknown config key"):
         config_lib.validate(c)
     # ConfigDict itself refuses a wrong type on assignment; a config built from a dict is checked here.
-    c = ml_collections.ConfigDict({**micro().to_dict(), "epochs": "ten"})
-    with pytest.raises(config_lib.ConfigError, match="config.epochs: expected int, got str 'ten'"):
+    c = ml_collections.ConfigDict({**micro().to_dict(), "critic_steps": "ten"})
+    with pytest.raises(config_lib.ConfigError, match="config.critic_steps: expected int, got str 'ten'"):
+        config_lib.validate(c)
+    # A key of the old flat config names its new place.
+    c = micro()
+    c.unlock()
+    c.lm_lr = 1e-5
+    with pytest.raises(config_lib.ConfigError, match=r"^config.lm_lr: renamed to config.learner.actor_lr \("):
         config_lib.validate(c)
 
 
@@ -281,8 +294,10 @@ def test_unknown_keys_and_wrong_types_in_a_config_object():
     "flags, message",
     [
         (["--config.learning_rate=0.1"], "error: --config.learning_rate: unknown config key"),
-        (["--config.epochs=ten"], "error: flag --config.epochs=ten: invalid literal for int()"),
-        (["--config.env=chess"], "error: config.env: unknown env 'chess'"),
+        (["--config.critic_steps=ten"], "error: flag --config.critic_steps=ten: invalid literal for int()"),
+        (["--config.env.name=chess"], "error: config.env.name: unknown env 'chess'"),
+        (["--config.lm_lr=1e-5"], "error: --config.lm_lr: renamed to config.learner.actor_lr"),
+        (["--config.epochs=3"], "error: --config.epochs: renamed to config.critic_steps (bc_steps for filtered_bc)"),
     ],
 )
 def test_command_line_errors_are_one_line(flags, message, tmp_path):

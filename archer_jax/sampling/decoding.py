@@ -1,10 +1,7 @@
-"""Batched text generation for the Flax GPT-2 policy: one jitted prefill, one jitted decode loop.
+"""The device side of batched generation: token ids in, sampled ids and log-probs out, with one
+jitted prefill and one jitted decode loop per shape bucket (:class:`Decoder`).
 
-    sampler = Sampler(policy, tokenizer, mesh=mesh)
-    out = sampler.generate(observations, jax.random.key(0), SamplingParams(max_new_tokens=32))
-    out.texts       # actions, cut before the first stop string
-    out.tokens      # [batch, max_new_tokens] sampled ids, the stop token included
-    out.logprobs    # log pi(token | prefix) under the model, 0 past each row's length
+Text (tokenizing prompts, cutting actions at stop strings) is :mod:`archer_jax.sampling.sampler`'s.
 
 How it runs:
 
@@ -30,8 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,8 +38,8 @@ from jax.sharding import Mesh, NamedSharding
 
 from archer_jax import sharding as shd
 from archer_jax.models.attention import KVCache
-from archer_jax.models.gpt2.model import GPT2LMHeadModel, init_cache
-from archer_jax.models.tokenizer import Tokens, bucket_length, encode, next_power_of_two, pad_rows
+from archer_jax.models.gpt2.model import GPT2Config, GPT2LMHeadModel, init_cache
+from archer_jax.models.tokenizer import bucket_length, next_power_of_two
 from archer_jax.xla_flags import decode_compiler_options
 
 Array = jax.Array
@@ -80,21 +77,8 @@ class SamplingParams:
             raise ValueError(f"stop_strings may not contain an empty string: {self.stop_strings!r}")
 
 
-class Generation(NamedTuple):
-    """Host-side result of :meth:`Sampler.generate` (one row per prompt)."""
-
-    texts: list[str]  # the action text, cut before the first stop string
-    tokens: np.ndarray  # [batch, max_new_tokens] int32, pad id past each row's length
-    lengths: np.ndarray  # [batch] int32, sampled tokens kept (the stop token included)
-    logprobs: np.ndarray  # [batch, max_new_tokens] float32: log softmax(logits)[token], 0 past length
-    sample_logprobs: np.ndarray  # the same under the distribution actually sampled (0 when greedy)
-    finish_reasons: list[str]  # "stop" (a stop string), "eos", or "length" (max_new_tokens)
-    prompt: Tokens  # the prompts as the model saw them (one row each; with several samples per prompt
-    # the rows above are prompt-major): left-padded, left-truncated
-
-
 class SampledTokens(NamedTuple):
-    """Device-side result of :meth:`Sampler.generate_tokens`, rows of the padded batch."""
+    """Device-side result of :meth:`Decoder.generate_tokens`, rows of the padded batch."""
 
     tokens: Array  # [batch, max_new_tokens] int32
     lengths: Array  # [batch] int32
@@ -114,18 +98,6 @@ class DecodeState(NamedTuple):
     lengths: Array  # [batch]
     done: Array  # [batch]
     uniforms: Array  # [batch, max_new_tokens] float32: row i's draw at step t (unused when greedy)
-
-
-def stop_token_table(tokenizer, stop_strings: Sequence[str], vocab_size: int) -> np.ndarray:
-    """``[vocab_size]`` booleans: True for the ids whose decoded text contains a stop string."""
-    table = np.zeros(vocab_size, bool)
-    if not stop_strings:
-        return table
-    ids = list(range(min(vocab_size, len(tokenizer))))
-    texts = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    for i, text in zip(ids, texts):
-        table[i] = any(s in text for s in stop_strings)
-    return table
 
 
 _BISECTION_STEPS = 40  # halvings of the logit range: far below float32 spacing
@@ -306,26 +278,81 @@ def decode(
     return jax.lax.while_loop(not_finished, next_token, state)
 
 
-class Sampler:
-    """Generates actions from a GPT-2 policy; compiled once per (bucket, sampling setting).
+def decode_state_shardings(mesh: Mesh, rules: shd.Rules, config: GPT2Config, batch: int, slots: int) -> DecodeState:
+    """Where each :class:`DecodeState` array lives: rows over the mesh's batch axes, the KV
+    cache's heads by ``rules``, the step replicated."""
+    rows = shd.batch_sharding(mesh, 1)
+    matrix = shd.batch_sharding(mesh, 2)
+    cache_spec = shd.logical_to_mesh(
+        ("batch", "heads", None, "kv"), (batch, config.n_head, slots, config.head_dim), mesh, rules
+    )
+    cache = NamedSharding(mesh, cache_spec)
+    scalar = shd.replicated(mesh)
+    return DecodeState(
+        cache=tuple(KVCache(cache, cache) for _ in range(config.n_layer)),
+        slot_mask=matrix,
+        step=scalar,
+        tokens=matrix,
+        logprobs=matrix,
+        sample_logprobs=matrix,
+        lengths=rows,
+        done=rows,
+        uniforms=matrix,
+    )
+
+
+def _prompt_arrays(prompt_ids: np.ndarray, prompt_mask: np.ndarray, samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """The prompts as numpy arrays, after the checks that need no sampling setting."""
+    if not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+    prompt_ids, prompt_mask = np.asarray(prompt_ids), np.asarray(prompt_mask)
+    if prompt_ids.ndim != 2 or prompt_ids.shape != prompt_mask.shape:
+        raise ValueError(
+            f"prompt_ids and prompt_mask must be equal [batch, length] arrays, got {prompt_ids.shape} and {prompt_mask.shape}"
+        )
+    if prompt_ids.shape[0] == 0:
+        raise ValueError("prompt_ids is empty: nothing to generate from")
+    return prompt_ids, prompt_mask
+
+
+def _pad_to_buckets(
+    prompt_ids: np.ndarray, prompt_mask: np.ndarray, rows: int, bucket: int, pad_id: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``[rows, bucket]`` ids and mask (left-padded, the prompts' ends kept) and the ``[rows]``
+    flags of the rows that hold a prompt."""
+    batch, length = prompt_ids.shape
+    ids = np.full((rows, bucket), pad_id, np.int32)
+    mask = np.zeros((rows, bucket), np.int32)
+    keep = min(length, bucket)
+    ids[:batch, -keep:] = prompt_ids[:, -keep:]
+    mask[:batch, -keep:] = prompt_mask[:, -keep:]
+    return ids, mask, np.arange(rows) < batch
+
+
+class Decoder:
+    """Samples token ids from a GPT-2 policy on device; compiled once per (bucket, sampling setting).
 
     Args:
       model: the policy; its graph (architecture) is fixed here, its parameters can be passed
         per call (``model_state``) so a training loop samples from its latest weights.
-      tokenizer: the policy's tokenizer (left padding and truncation, see
-        :func:`archer_jax.models.load_tokenizer`).
+      stop_table: ``stop_table(params)`` is the host ``[vocab_size]`` boolean table of the ids
+        that end a row under ``params`` (its stop strings, and EOS when ``stop_at_eos``). It is
+        the one place text matters here: :class:`~archer_jax.sampling.sampler.Sampler` builds it
+        from its tokenizer. Called once per ``(stop_strings, stop_at_eos)``; the device copy is kept.
+      pad_id: the id written into padding and past each row's length.
       mesh: shard batches and the cache over this mesh (default: one device).
       rules: logical-axis rules for the parameters (:data:`archer_jax.sharding.DEFAULT_RULES`).
-      max_prompt_length: prompts are truncated from the left to this many tokens (default: the
-        model's ``n_positions`` minus ``max_new_tokens``).
+      max_prompt_length: the longest prompt in tokens (default: the model's ``n_positions``
+        minus ``max_new_tokens``).
       min_prompt_bucket: the shortest prompt length bucket.
     """
 
     def __init__(
         self,
         model: GPT2LMHeadModel,
-        tokenizer: Any,
+        stop_table: Callable[[SamplingParams], np.ndarray],
         *,
+        pad_id: int,
         mesh: Mesh | None = None,
         rules: shd.Rules = shd.DEFAULT_RULES,
         max_prompt_length: int | None = None,
@@ -334,19 +361,17 @@ class Sampler:
         self.graphdef, state = nnx.split(model)
         self.config = model.config
         self.dtype = model.dtype
-        self.tokenizer = tokenizer
         self.mesh = mesh if mesh is not None else shd.single_device_mesh()
         self.rules = rules
         self.max_prompt_length = max_prompt_length
         self.min_prompt_bucket = min_prompt_bucket
-        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+        self.pad_id = int(pad_id)
         self.param_shardings = shd.state_shardings(state, self.mesh, rules)
         self.model_state = jax.device_put(state, self.param_shardings)
+        self._host_stop_table = stop_table
         self._programs: dict = {}
         self._stop_tables: dict = {}
         self.traces = 0  # how many times a program was traced (each trace compiles once)
-
-    # ---- shapes and shardings -------------------------------------------------------------
 
     def prompt_limit(self, params: SamplingParams) -> int:
         """The longest prompt (in tokens) that fits with ``max_new_tokens`` in the positions."""
@@ -371,24 +396,7 @@ class Sampler:
         return -(-next_power_of_two(batch) // multiple) * multiple
 
     def _state_shardings(self, batch: int, slots: int) -> DecodeState:
-        rows = shd.batch_sharding(self.mesh, 1)
-        matrix = shd.batch_sharding(self.mesh, 2)
-        cache_spec = shd.logical_to_mesh(
-            ("batch", "heads", None, "kv"), (batch, self.config.n_head, slots, self.config.head_dim), self.mesh, self.rules
-        )
-        cache = NamedSharding(self.mesh, cache_spec)
-        scalar = shd.replicated(self.mesh)
-        return DecodeState(
-            cache=tuple(KVCache(cache, cache) for _ in range(self.config.n_layer)),
-            slot_mask=matrix,
-            step=scalar,
-            tokens=matrix,
-            logprobs=matrix,
-            sample_logprobs=matrix,
-            lengths=rows,
-            done=rows,
-            uniforms=matrix,
-        )
+        return decode_state_shardings(self.mesh, self.rules, self.config, batch, slots)
 
     def _compiled(self, params: SamplingParams, batch: int, prompt_length: int, samples: int = 1):
         """The jitted (prefill, decode) pair for one sampling setting, shape bucket and fan-out."""
@@ -421,29 +429,14 @@ class Sampler:
         return self._programs[signature]
 
     def _stop_table(self, params: SamplingParams) -> Array:
+        """The device copy of ``stop_table(params)``, replicated (built once per stop setting)."""
         signature = (params.stop_strings, params.stop_at_eos)
         if signature not in self._stop_tables:
-            table = stop_token_table(self.tokenizer, params.stop_strings, self.config.vocab_size)
-            eos = self.tokenizer.eos_token_id
-            if params.stop_at_eos and eos is not None and eos < len(table):
-                table[eos] = True
+            table = self._host_stop_table(params)
+            if table.shape != (self.config.vocab_size,):
+                raise ValueError(f"stop_table must give [vocab_size={self.config.vocab_size}] booleans, got {table.shape}")
             self._stop_tables[signature] = jax.device_put(table, shd.replicated(self.mesh))
         return self._stop_tables[signature]
-
-    # ---- generation -----------------------------------------------------------------------
-
-    def encode(self, prompts: Sequence[str], params: SamplingParams) -> Tokens:
-        """Tokenizes ``prompts`` (left truncation, left padding to a length bucket)."""
-        if isinstance(prompts, str):
-            raise TypeError("prompts must be a sequence of strings, got one string")
-        if len(prompts) == 0:
-            raise ValueError("prompts is empty: nothing to generate from")
-        limit = self.prompt_limit(params)
-        encoded = encode(self.tokenizer, prompts, max_length=limit, min_bucket=min(self.min_prompt_bucket, limit))
-        empty = np.flatnonzero(encoded.attention_mask.sum(1) == 0)
-        if empty.size:
-            raise ValueError(f"prompt {int(empty[0])} encodes to no tokens; every prompt needs at least one")
-        return encoded
 
     def generate_tokens(
         self,
@@ -461,17 +454,9 @@ class Sampler:
         buffer). The batch and length are padded to their buckets here; the returned arrays
         cover the padded batch times ``samples``, prompt-major: the first ``batch * samples``
         rows are the prompts' (prompt i's samples in rows ``i * samples ... i * samples + samples - 1``).
+        ``model_state`` defaults to the model's parameters.
         """
-        if not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
-        prompt_ids, prompt_mask = np.asarray(prompt_ids), np.asarray(prompt_mask)
-        if prompt_ids.ndim != 2 or prompt_ids.shape != prompt_mask.shape:
-            raise ValueError(
-                f"prompt_ids and prompt_mask must be equal [batch, length] arrays, got {prompt_ids.shape} and {prompt_mask.shape}"
-            )
-        batch, length = prompt_ids.shape
-        if batch == 0:
-            raise ValueError("prompt_ids is empty: nothing to generate from")
+        prompt_ids, prompt_mask = _prompt_arrays(prompt_ids, prompt_mask, samples)
         limit = self.prompt_limit(params)
         longest = int(prompt_mask.sum(1).max())
         if longest > limit:
@@ -482,13 +467,8 @@ class Sampler:
         if prompt_mask[:, -1].min() == 0:
             raise ValueError("prompts must be left-padded with at least one token each (prompt_mask[:, -1] == 1)")
         bucket = bucket_length(longest, limit, min(self.min_prompt_bucket, limit))
-        rows = self.batch_bucket(batch)
-        ids = np.full((rows, bucket), self.pad_id, np.int32)
-        mask = np.zeros((rows, bucket), np.int32)
-        keep = min(length, bucket)
-        ids[:batch, -keep:] = prompt_ids[:, -keep:]
-        mask[:batch, -keep:] = prompt_mask[:, -keep:]
-        active = np.arange(rows) < batch
+        rows = self.batch_bucket(prompt_ids.shape[0])
+        ids, mask, active = _pad_to_buckets(prompt_ids, prompt_mask, rows, bucket, self.pad_id)
 
         prefill_fn, decode_fn = self._compiled(params, rows, bucket, samples)
         model_state = self.model_state if model_state is None else jax.device_put(model_state, self.param_shardings)
@@ -496,84 +476,3 @@ class Sampler:
         state = prefill_fn(model_state, ids, mask, active, stop_table, key)
         state = decode_fn(model_state, state, stop_table)
         return SampledTokens(state.tokens, state.lengths, state.logprobs, state.sample_logprobs)
-
-    def generate(
-        self,
-        prompts: Sequence[str],
-        key: Array,
-        params: SamplingParams = SamplingParams(),
-        *,
-        model_state: nnx.State | None = None,
-        samples: int = 1,
-    ) -> Generation:
-        """Generates ``samples`` actions per prompt (prompt-major rows; the prompt is run once).
-        ``model_state`` defaults to the model's parameters."""
-        return self._generate(self.encode(prompts, params), key, params, model_state, samples)
-
-    def generate_rows(
-        self,
-        rows: Sequence[np.ndarray],
-        key: Array,
-        params: SamplingParams = SamplingParams(),
-        *,
-        model_state: nnx.State | None = None,
-        samples: int = 1,
-    ) -> Generation:
-        """Like :meth:`generate` from prompts already in token ids (one unpadded row each, e.g.
-        kept in a replay buffer): no re-tokenization."""
-        if len(rows) == 0:
-            raise ValueError("rows is empty: nothing to generate from")
-        limit = self.prompt_limit(params)
-        rows = [np.asarray(r, np.int32)[-limit:] for r in rows]
-        encoded = pad_rows(rows, self.pad_id, left=True, max_length=limit, min_bucket=min(self.min_prompt_bucket, limit))
-        return self._generate(encoded, key, params, model_state, samples)
-
-    def _generate(self, encoded: Tokens, key: Array, params: SamplingParams, model_state, samples: int = 1) -> Generation:
-        out = self.generate_tokens(
-            encoded.input_ids, encoded.attention_mask, key, params, model_state=model_state, samples=samples
-        )
-        rows = encoded.input_ids.shape[0] * samples
-        out = jax.device_get(jax.tree.map(lambda a: a[:rows], out))
-        return self._finish(out, params, encoded)
-
-    def _finish(self, out: SampledTokens, params: SamplingParams, prompt: Tokens) -> Generation:
-        """Host side: texts cut before the stop string, rows truncated where it ends, finish reasons."""
-        tokens, lengths = np.array(out.tokens), np.array(out.lengths)
-        logprobs, sample_lp = np.array(out.logprobs), np.array(out.sample_logprobs)
-        eos = self.tokenizer.eos_token_id
-        texts, reasons = [], []
-        for i in range(len(tokens)):
-            n = int(lengths[i])
-            text, cut, found = self._cut_at_stop(tokens[i, :n], params.stop_strings)
-            if cut < n:  # a stop string that straddled tokens: drop what the device sampled after it
-                tokens[i, cut:], logprobs[i, cut:], sample_lp[i, cut:] = self.pad_id, 0.0, 0.0
-                lengths[i] = n = cut
-            if found:
-                reason = "stop"
-            elif params.stop_at_eos and n and int(tokens[i, n - 1]) == eos:
-                reason = "eos"
-            else:
-                reason = "length"
-            texts.append(text)
-            reasons.append(reason)
-        return Generation(texts, tokens, lengths, logprobs, sample_lp, reasons, prompt)
-
-    def _decode(self, ids) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
-
-    def _cut_at_stop(self, ids: np.ndarray, stop_strings: Sequence[str]) -> tuple[str, int, bool]:
-        """(text before the first stop string, tokens up to the one completing it, whether found)."""
-        text = self._decode(ids)
-        hits = [text.find(s) for s in stop_strings if s in text]
-        if not hits:
-            return text, len(ids), False
-        first = min(hits)
-
-        def completes(j: int) -> bool:  # the first j tokens hold a whole stop string at `first`
-            prefix = self._decode(ids[:j])
-            return any(prefix.find(s) == first for s in stop_strings)
-
-        if len(ids) == 1 or not completes(len(ids) - 1):  # the usual case: the last token stops
-            return text[:first], len(ids), True
-        cut = next(j for j in range(1, len(ids)) if completes(j))
-        return text[:first], cut, True

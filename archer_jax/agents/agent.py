@@ -1,0 +1,42 @@
+"""What an agent is to the training loop: how it acts in the envs and what one iteration updates."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import jax
+
+from archer_jax.learners.train_state import States
+from archer_jax.replay import ReplayBuffer
+
+if TYPE_CHECKING:  # only for type hints: components builds the agents' inputs
+    from archer_jax.components import Components
+
+# Purposes folded into the run's key, so each phase draws its own numbers.
+ROLLOUT, CRITIC, ACTOR, EVAL = range(4)
+
+Act = Callable[["Components", States, Sequence[str], jax.Array, bool], list[str]]
+Learn = Callable[["Components", States, ReplayBuffer, int], tuple[States, dict[str, float]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """An algorithm as the loop sees it.
+
+    ``act(run, states, observations, key, greedy)`` picks one utterance per observation in the
+    envs. ``learn(run, states, replay, iteration)`` runs one iteration's updates and returns the
+    new states with the seconds each phase took (``{"critic": ..., "actor": ...}``).
+    ``needs_critic``: whether the run builds the double critic.
+    """
+
+    name: str
+    act: Act
+    learn: Learn
+    needs_critic: bool = True
+
+
+def sample_actions(run: Components, states: States, observations: Sequence[str], key: jax.Array, greedy: bool) -> list[str]:
+    """Acting by the policy alone: a sample (or the greedy utterance) per observation."""
+    return run.acting.sample(run.policy(states), observations, key, greedy=greedy)

@@ -1,0 +1,51 @@
+"""The acting half of every iteration: dialogues played by an agent, and stored for learning."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from archer_jax import rollout
+from archer_jax.agents.agent import EVAL, ROLLOUT, Agent
+from archer_jax.learners.train_state import States
+from archer_jax.replay import ReplayBuffer
+
+if TYPE_CHECKING:
+    from archer_jax.components import Components
+
+EVAL_SEED = 10**6  # evaluation dialogues use fixed seeds, the same every evaluation
+
+
+def _play(run: Components, agent: Agent, states: States, seeds: Sequence[int], key, greedy: bool, label: str):
+    def act(observations: list[str], turn: int) -> list[str]:
+        return agent.act(run, states, observations, jax.random.fold_in(key, turn), greedy)
+
+    max_turns = run.config.env.max_turns
+    with tqdm(total=max_turns, desc=label, unit="turn", leave=False, disable=None) as bar:
+        return rollout.play(run.pool, act, seeds, max_turns=max_turns, progress=lambda t: bar.update(t - bar.n))
+
+
+def collect(run: Components, agent: Agent, states: States, iteration: int) -> list[rollout.Episode]:
+    """``rollout_size`` dialogues with the agent's acting rule (sampling; CHAI: its choice)."""
+    c = run.config
+    seeds = np.random.SeedSequence([c.seed, iteration]).generate_state(c.rollout_size)
+    return _play(run, agent, states, seeds, run.key_for(ROLLOUT, iteration), False, f"rollouts {iteration}")
+
+
+def evaluate(run: Components, agent: Agent, states: States) -> list[rollout.Episode]:
+    """``eval_size`` greedy dialogues (CHAI: its choice among samples), on the same games in every
+    evaluation and for every run seed."""
+    seeds = [EVAL_SEED + i for i in range(run.config.eval_size)]
+    return _play(run, agent, states, seeds, run.key_for(EVAL), True, "eval")
+
+
+def store(run: Components, replay: ReplayBuffer, episodes: Sequence[rollout.Episode], first_episode: int) -> int:
+    """Adds the episodes' transitions (texts and token rows) to ``replay``; returns how many."""
+    rows = run.pipeline.transitions(episodes, first_episode)
+    if rows:
+        replay.add(**rows)
+    return len(rows.get("observation", ()))

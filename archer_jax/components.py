@@ -1,0 +1,100 @@
+"""The pieces of a training run, built from a (validated) config: models, sampler, learner,
+acting rules, env pool, replay buffer, and the run's random keys.
+
+:mod:`archer_jax.train` runs the loop with these, and the agents (:mod:`archer_jax.agents`) run
+their updates with them. Randomness is derived from ``config.seed`` and the iteration (JAX keys
+by ``fold_in``, env seeds by ``SeedSequence``), plus the replay buffer's own generator, which is
+checkpointed: a resumed run draws exactly what an uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from archer_jax import agents
+from archer_jax import sharding as shd
+from archer_jax.acting import Acting
+from archer_jax.envs import registry
+from archer_jax.envs.pool import EnvPool
+from archer_jax.input_pipeline import InputPipeline
+from archer_jax.learners import registry as actor_losses
+from archer_jax.learners.actor import Actor
+from archer_jax.learners.critic import DoubleCritic
+from archer_jax.learners.learner import Learner, LearnerConfig
+from archer_jax.learners.train_state import States
+from archer_jax.models import load_gpt2, load_roberta, load_tokenizer
+from archer_jax.models.tiny import model_directory
+from archer_jax.replay import ReplayBuffer
+from archer_jax.sampling import Sampler, SamplingParams
+from archer_jax.step_metrics import StepMetrics
+
+class Components:
+    """Builds everything a run needs from ``config`` (already validated)."""
+
+    def __init__(self, config, workdir: Path):
+        self.config = c = config
+        self.workdir = Path(workdir)
+        self.agent = agents.get(c.agent)
+        self.key = jax.random.key(c.seed)
+        self.mesh = shd.make_mesh(**c.mesh.to_dict())
+        dtype = jnp.bfloat16 if c.model.dtype == "bfloat16" else jnp.float32
+
+        policy_dir = model_directory(c.model.policy, "gpt2", self.workdir)
+        policy_tokenizer = load_tokenizer(policy_dir)
+        policy = load_gpt2(policy_dir, dtype=dtype)
+        room = policy.config.n_positions - c.sampling.max_new_tokens
+        sampler = Sampler(policy, policy_tokenizer, mesh=self.mesh, max_prompt_length=min(c.model.max_prompt_length, room))
+        self.actor_module = Actor(
+            policy, token_baseline=actor_losses.get_actor_loss(c.learner.actor_loss).needs_baseline, rngs=nnx.Rngs(c.seed)
+        )
+        critic, critic_tokenizer, max_critic_length = None, None, c.model.max_critic_length
+        if self.agent.needs_critic:
+            critic_dir = model_directory(c.model.critic, "roberta", self.workdir)
+            critic_tokenizer = load_tokenizer(critic_dir)
+            encoder = load_roberta(critic_dir, dtype=dtype, seed=c.seed)
+            critic = DoubleCritic(encoder, embedding=c.model.critic_embedding, rngs=nnx.Rngs(c.seed))
+            max_critic_length = min(max_critic_length, encoder.config.max_position_embeddings - 2)
+        self.learner = Learner(self.actor_module, critic, LearnerConfig(**c.learner), mesh=self.mesh)
+        self.pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, sampler.max_prompt_length, max_critic_length,
+                                      c.sampling.max_new_tokens)
+        self.acting = Acting(
+            sampler, self.pipeline, sampling=SamplingParams(**c.sampling),
+            critic_graphdef=self.learner.critic_graphdef if critic is not None else None, chai_samples=c.chai_samples,
+        )
+        self.batch = c.batch_size * c.grad_accum_steps
+        self.pool = EnvPool(
+            registry.env_factory(c), max(c.rollout_size, c.eval_size), num_workers=c.env.workers, timeout_s=c.env.timeout_s
+        )
+        self.watchdog = StepMetrics(c.max_nonfinite_steps)
+
+    def init_states(self) -> States:
+        """Fresh states: the networks' initial parameters, fresh Adam, target = critic."""
+        critic = self.learner.init_critic() if self.learner.has_critic else None
+        return States(self.learner.init_actor(), critic)
+
+    def new_replay(self) -> ReplayBuffer:
+        return ReplayBuffer(self.config.capacity, seed=self.config.seed)
+
+    def sft_learner(self) -> Learner:
+        """A learner whose actor optimizer runs at ``config.sft.lr`` (for the warm start)."""
+        c = self.config
+        config = LearnerConfig(actor_lr=c.sft.lr, max_grad_norm=c.learner.max_grad_norm, actor_loss=c.learner.actor_loss)
+        return Learner(self.actor_module, None, config, mesh=self.mesh)
+
+    def policy(self, states: States):
+        """The policy's parameters in ``states`` (what the sampler acts with)."""
+        return self.learner.policy_params(states.actor)
+
+    def key_for(self, *path: int) -> jax.Array:
+        """The run's key folded with ``path`` (a purpose, then e.g. the iteration and the step)."""
+        key = self.key
+        for p in path:
+            key = jax.random.fold_in(key, p)
+        return key
+
+    def close(self) -> None:
+        self.pool.close()

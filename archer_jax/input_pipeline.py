@@ -1,0 +1,70 @@
+"""Host-side tokenization of a run's text, in one place: episodes to replay rows, texts to rows.
+
+    pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, max_prompt_length=512,
+                             max_critic_length=512, max_action_length=32)
+    replay.add(**pipeline.transitions(episodes, first_episode=0))
+    rows = pipeline.critic_rows(["Is it an animal?"])
+
+The replay buffer keeps every transition's texts with their token rows in the policy's and the
+critic's tokenizers, so learner batches (:mod:`archer_jax.learners.batches`) only pad and lay
+out rows. Observations are truncated from the left (the latest turns matter most); an action is
+tokenized on its own with the stop string, as the sampler produced it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from archer_jax.models.tokenizer import action_rows, token_rows
+from archer_jax.rollout import Episode
+
+
+@dataclasses.dataclass(frozen=True)
+class InputPipeline:
+    """The run's tokenizers and token limits; ``critic_tokenizer`` is None without a critic."""
+
+    policy_tokenizer: Any
+    critic_tokenizer: Any | None
+    max_prompt_length: int
+    max_critic_length: int
+    max_action_length: int
+
+    def policy_rows(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Observations in policy token rows (left-truncated to ``max_prompt_length``)."""
+        return token_rows(self.policy_tokenizer, texts, max_length=self.max_prompt_length)
+
+    def action_rows(self, actions: Sequence[str]) -> list[np.ndarray]:
+        """Actions + the stop string in policy token rows, as the sampler produces them."""
+        return action_rows(self.policy_tokenizer, actions, max_action_length=self.max_action_length)
+
+    def critic_rows(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Texts in critic token rows (left-truncated to ``max_critic_length``)."""
+        return token_rows(self.critic_tokenizer, texts, max_length=self.max_critic_length)
+
+    def transitions(self, episodes: Sequence[Episode], first_episode: int) -> dict[str, list]:
+        """The replay columns of ``episodes`` (numbered from ``first_episode``): texts, rewards,
+        terminals, episode numbers and returns, and the token rows the learners need."""
+        rows: dict[str, list] = {k: [] for k in ("observation", "action", "next_observation", "reward", "terminal",
+                                                  "episode", "episode_return")}
+        for number, episode in enumerate(episodes, first_episode):
+            n = len(episode)
+            rows["observation"] += episode.observations
+            rows["action"] += episode.actions
+            rows["next_observation"] += episode.next_observations
+            rows["reward"] += episode.rewards
+            rows["terminal"] += [float(t) for t in episode.terminals]
+            rows["episode"] += [number] * n
+            rows["episode_return"] += [episode.total_return] * n
+        if not rows["observation"]:
+            return {}
+        rows["policy_observation"] = self.policy_rows(rows["observation"])
+        rows["policy_action"] = self.action_rows(rows["action"])
+        if self.critic_tokenizer is not None:
+            rows["critic_observation"] = self.critic_rows(rows["observation"])
+            rows["critic_action"] = self.critic_rows(rows["action"])
+            rows["critic_next_observation"] = self.critic_rows(rows["next_observation"])
+        return rows

@@ -1,0 +1,78 @@
+"""ArCHer's two updates (Zhou et al. 2024, Algorithm 1), one optimizer step each, as pure functions.
+
+    critic:  y_i = r + γ (1 - terminal) V̄_i(s')             TD target from the target critic
+             L = Σ_i MSE(Q_i(s, a), y_i) + Σ_i MSE(V_i(s), Q̄_i(s, a_π)),   a_π ~ π(·|s) fresh
+             θ ← Adam(∇L);  θ̄ ← (1 - τ) θ̄ + τ θ
+    actor:   A = min_i Q_i(s, a_π) - min_i V_i(s)             online critic, no gradient
+             L = -mean(A · Σ_t log π(a_π,t | s, a_π,<t))      (or another registered actor loss)
+
+Batches carry a leading micro-batch axis; the gradients are averaged over it. CHAI trains its
+critic with the same :func:`critic_step`. :class:`archer_jax.learners.Learner` jits these with
+explicit shardings. The equations and our conventions are in ``docs/algorithms.md``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from archer_jax.learners import losses, registry
+from archer_jax.learners.batches import ActorBatch, CriticBatch
+from archer_jax.learners.estimators import advantage, td_targets
+from archer_jax.learners.optimization import accumulate_gradients, adam_update, keep_if_finite, polyak, summarize
+from archer_jax.learners.train_state import TrainState
+
+Array = jax.Array
+
+
+def critic_step(
+    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, gamma: float, tau: float, state: TrainState, batch: CriticBatch
+) -> tuple[TrainState, dict[str, Array]]:
+    """One critic step: TD targets from the target critic, Adam, then Polyak on the target."""
+    target = nnx.merge(graphdef, state.target)
+
+    def loss_fn(params: nnx.State, b: CriticBatch):
+        online = nnx.merge(graphdef, params)(b.observation, b.action)  # Q_i(s, a), V_i(s)
+        next_v = target.v_values(target.embed(b.next_observation))  # V̄_i(s')
+        q_targets = td_targets(b.reward, b.terminal, *next_v, gamma)
+        v_targets = target.q_values(target.embed(b.observation), target.embed(b.pi_action))  # Q̄_i(s, a_π)
+        return losses.critic_loss(online, q_targets, v_targets)
+
+    grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch)
+    params, opt_state = adam_update(state, tx, grads)
+    target_params = polyak(state.target, params, tau)
+    state, metrics = keep_if_finite(state, TrainState(params, opt_state, target_params, state.step + 1, state.skipped),
+                                    loss, grads)
+    metrics.update(loss=loss, q_loss=jnp.mean(aux["q_loss"]), v_loss=jnp.mean(aux["v_loss"]))
+    for name in ("q1", "q2", "v1", "v2", "q_target", "v_target"):
+        metrics.update(summarize(name, aux[name]))
+    return state, metrics
+
+
+def actor_step(
+    graphdef: nnx.GraphDef,
+    critic_graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    loss_name: str,
+    state: TrainState,
+    critic_params: nnx.State,
+    batch: ActorBatch,
+) -> tuple[TrainState, dict[str, Array]]:
+    """One actor step on the advantage of a fresh ``a_π`` under the online critic (unchanged here),
+    with the registered actor loss ``loss_name``."""
+    critic = nnx.merge(critic_graphdef, critic_params)
+    actor_loss = registry.get_actor_loss(loss_name)
+
+    def loss_fn(params: nnx.State, b: ActorBatch):
+        adv = advantage(critic(b.critic_observation, b.critic_action))  # min Q(s, a_π) - min V(s)
+        token_logprobs, baseline = nnx.merge(graphdef, params)(b.observation, b.action)
+        return actor_loss(registry.PolicyTerms(adv, token_logprobs, b.action.mask.astype(jnp.float32), baseline))
+
+    grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch)
+    params, opt_state = adam_update(state, tx, grads)
+    state, metrics = keep_if_finite(state, TrainState(params, opt_state, None, state.step + 1, state.skipped), loss, grads)
+    metrics.update(loss=loss, **summarize("advantage", aux["advantage"]), **summarize("action_logprob", aux["action_logprob"]))
+    metrics.update({k: jnp.mean(v) for k, v in aux.items() if k not in ("advantage", "action_logprob")})
+    return state, metrics

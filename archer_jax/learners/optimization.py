@@ -1,0 +1,69 @@
+"""The optimizer side of every step: micro-batch gradient averaging, Adam, the non-finite guard
+and Polyak averaging, as pure functions of pytrees.
+
+A step computes ``grads`` with :func:`accumulate_gradients`, moves the parameters with
+:func:`adam_update` (Adam on gradients clipped by this network's own global norm, see
+:func:`archer_jax.learners.train_state.optimizer`), moves a target network with :func:`polyak`,
+and hands the result to :func:`keep_if_finite`, which keeps the old state (and counts a skipped
+step) when the loss or the gradients are not finite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from archer_jax.learners.train_state import TrainState
+
+Array = jax.Array
+
+STATS = ("mean", "min", "max", "std")
+
+
+def accumulate_gradients(loss_fn: Callable, params: nnx.State, batch) -> tuple[nnx.State, Array, dict]:
+    """Mean gradient and loss of ``loss_fn(params, micro)`` over the micro-batches (the leading
+    axis of every batch leaf), as one ``lax.scan``; auxiliary outputs come back stacked."""
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    zeros = jax.tree.map(jnp.zeros_like, params)
+
+    def body(total, micro):
+        (loss, aux), grads = grad_fn(params, micro)
+        return jax.tree.map(jnp.add, total, grads), (loss, aux)
+
+    total, (micro_losses, aux) = jax.lax.scan(body, zeros, batch)
+    count = jax.tree.leaves(batch)[0].shape[0]
+    return jax.tree.map(lambda g: g / count, total), jnp.mean(micro_losses), aux
+
+
+def adam_update(state: TrainState, tx: optax.GradientTransformation, grads: nnx.State) -> tuple[nnx.State, object]:
+    """``(params, opt_state)`` after one step of ``tx`` (clipping + Adam) on ``grads``."""
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    return optax.apply_updates(state.params, updates), opt_state
+
+
+def polyak(target, online, tau: float | Array):
+    """``θ̄ ← (1 - τ) θ̄ + τ θ`` leaf by leaf (τ = 1 copies, τ = 0 keeps)."""
+    return jax.tree.map(lambda t, o: ((1.0 - tau) * t + tau * o).astype(t.dtype), target, online)
+
+
+def keep_if_finite(
+    state: TrainState, stepped: TrainState, loss: Array, grads: nnx.State
+) -> tuple[TrainState, dict[str, Array]]:
+    """``stepped`` if the loss and the gradients' norm are finite, else ``state`` with one more
+    ``skipped`` step; with the step's ``grad_norm``, ``skipped`` and ``nonfinite`` metrics."""
+    grad_norm = optax.tree.norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    kept = state._replace(skipped=state.skipped + 1)
+    new = jax.tree.map(lambda n, o: jnp.where(finite, n, o), stepped, kept)
+    return new, {"grad_norm": grad_norm, "skipped": new.skipped, "nonfinite": (~finite).astype(jnp.int32)}
+
+
+def summarize(name: str, values: Array) -> dict[str, Array]:
+    """``name/mean``, ``name/min``, ``name/max``, ``name/std`` of ``values`` (all elements)."""
+    values = values.astype(jnp.float32)
+    fns = dict(mean=jnp.mean, min=jnp.min, max=jnp.max, std=jnp.std)
+    return {f"{name}/{stat}": fns[stat](values) for stat in STATS}

@@ -1,0 +1,34 @@
+"""The training loop's own state: counters, metric history, evaluations and the run's seed.
+
+It is checkpointed as JSON beside the networks and the replay buffer (the ``loop`` item), with
+the same keys as the dict of archer_jax 0.1, so older checkpoints resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass
+class LoopState:
+    """Where the loop is: the last finished iteration, its counters and its records."""
+
+    seed: int
+    rng: list[int]  # the run's JAX key data (every phase's key is folded from it)
+    iteration: int = 0
+    env_samples: int = 0  # transitions collected
+    episodes: int = 0  # dialogues collected
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # one row of metrics per iteration
+    evals: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # greedy evaluations (iteration 0: before)
+    sft: dict[str, Any] | None = None  # the warm start's summary, if there was one
+    wall_time_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The checkpoint's ``loop`` item."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, item: dict[str, Any]) -> LoopState:
+        """From a checkpoint's ``loop`` item."""
+        return cls(**{f.name: item[f.name] for f in dataclasses.fields(cls) if f.name in item})

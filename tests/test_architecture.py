@@ -1,0 +1,122 @@
+"""The library's layout holds: layers import only downwards, no import cycle, short classes.
+
+The layers, lowest first (README, "Layout"): a module may import its own layer and the ones below.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
+
+LAYERS = [
+    ("archer_jax", "errors", "xla_flags", "sharding"),
+    ("models", "envs"),
+    ("learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline"),
+    ("acting", "sft"),
+    ("agents",),
+    ("components", "config"),
+    ("train",),
+]
+MAX_CLASS_LINES = 150
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(path: Path) -> set[str]:
+    """The archer_jax modules ``path`` imports (anywhere but under ``if TYPE_CHECKING:``)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if _type_checking(node):
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("archer_jax"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("archer_jax"):
+            for alias in node.names:  # "from archer_jax.x import y": y is a module or a name in x
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in MODULES else node.module)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+GRAPH = {name: _imports(path) for name, path in MODULES.items()}
+
+
+def layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else module
+    for number, names in enumerate(LAYERS):
+        if top in names:
+            return number
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to the README's layout)")
+
+
+def test_every_module_has_a_layer_and_imports_only_its_own_or_lower_ones():
+    upward = [f"{m} (layer {layer(m)}) imports {d} (layer {layer(d)})"
+              for m, deps in GRAPH.items() for d in deps if layer(d) > layer(m)]
+    assert not upward, "\n".join(upward)
+
+
+def test_learning_does_not_act():
+    """learners/ never imports the sampler, the acting rules or anything that acts."""
+    acting = ("archer_jax.sampling", "archer_jax.acting", "archer_jax.rollout", "archer_jax.envs")
+    bad = [f"{m} imports {d}" for m, deps in GRAPH.items() if m.startswith("archer_jax.learners")
+           for d in deps if d.startswith(acting)]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycle():
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(GRAPH.get(module, ())):
+            if dep == module or dep not in GRAPH:
+                continue
+            # A package's __init__ re-exporting its own modules is not a cycle with them.
+            if module.startswith(dep + ".") and MODULES[dep].name == "__init__.py":
+                continue
+            if state.get(dep) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(dep):] + [dep]))
+            if dep not in state:
+                visit(dep, path + [dep])
+        state[module] = 2
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module, [module])
+
+
+@pytest.mark.parametrize("path", sorted(MODULES.values()), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_classes_are_short(path):
+    long = [f"{node.name}: {node.end_lineno - node.lineno + 1} lines" for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES]
+    assert not long, long
+
+
+def test_the_layering_check_catches_an_upward_import(tmp_path):
+    """The check itself can fail: a learner module importing the sampler is flagged."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from archer_jax.sampling import Sampler\nfrom archer_jax import acting\n")
+    deps = _imports(bad)
+    assert "archer_jax.acting" in deps and layer("archer_jax.acting") > layer("archer_jax.learners.archer")
+    assert any(d.startswith("archer_jax.sampling") for d in deps)
