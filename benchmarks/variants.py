@@ -28,8 +28,9 @@ from pathlib import Path
 
 import jax
 
-from archer_jax import models, sampling
+from archer_jax import models
 from archer_jax.models import layers, tiny
+from archer_jax.sampling import decoding
 from archer_jax.xla_flags import DECODE_CPU_OPTIONS
 from common import RESULTS, machine, print_table, write_result
 from iteration import JaxArcher
@@ -52,8 +53,8 @@ def scan_min_layers(value: int):
 def sampler_options(program: str, ynn: bool):
     """Sampler programs first compiled inside this block build ``program`` ("prefill": the jit
     without donated arguments; "decode": the donating one) with YNNPACK fusions on or off.
-    (``sampling.jax`` is the ``jax`` module: build nothing else inside the block.)"""
-    real_jit = sampling.jax.jit
+    (``decoding.jax`` is the ``jax`` module: build nothing else inside the block.)"""
+    real_jit = decoding.jax.jit
 
     def jit(fn, *args, compiler_options=None, **kwargs):
         is_decode = bool(kwargs.get("donate_argnums"))
@@ -61,11 +62,11 @@ def sampler_options(program: str, ynn: bool):
             compiler_options = dict(DECODE_CPU_OPTIONS) if ynn else {YNN: ""}
         return real_jit(fn, *args, compiler_options=compiler_options, **kwargs)
 
-    sampling.jax.jit = jit
+    decoding.jax.jit = jit
     try:
         yield
     finally:
-        sampling.jax.jit = real_jit
+        decoding.jax.jit = real_jit
 
 
 def learner_steps(ours: JaxArcher, data) -> dict:

@@ -103,8 +103,7 @@ class Sampler:
         model's ``n_positions`` minus ``max_new_tokens``).
       min_prompt_bucket: the shortest prompt length bucket.
 
-    The device work is ``self.decoder``'s (:class:`Decoder`); the attributes below (model state,
-    mesh, pad id, trace count, ...) read through to it.
+    The device work is ``self.decoder``'s (:class:`Decoder`): the attributes below read through to it.
     """
 
     def __init__(
@@ -169,9 +168,7 @@ class Sampler:
         samples: int = 1,
     ) -> SampledTokens:
         """:meth:`Decoder.generate_tokens`: token ids in, device arrays of the padded batch out."""
-        return self.decoder.generate_tokens(
-            prompt_ids, prompt_mask, key, params, model_state=model_state, samples=samples
-        )
+        return self.decoder.generate_tokens(prompt_ids, prompt_mask, key, params, model_state=model_state, samples=samples)
 
     def generate(
         self,
@@ -226,14 +223,9 @@ class Sampler:
             if cut < n:  # a stop string that straddled tokens: drop what the device sampled after it
                 tokens[i, cut:], logprobs[i, cut:], sample_lp[i, cut:] = self.pad_id, 0.0, 0.0
                 lengths[i] = n = cut
-            if found:
-                reason = "stop"
-            elif params.stop_at_eos and n and int(tokens[i, n - 1]) == eos:
-                reason = "eos"
-            else:
-                reason = "length"
+            ends_at_eos = params.stop_at_eos and n and int(tokens[i, n - 1]) == eos
             texts.append(text)
-            reasons.append(reason)
+            reasons.append("stop" if found else "eos" if ends_at_eos else "length")
         return Generation(texts, tokens, lengths, logprobs, sample_lp, reasons, prompt)
 
     def _decode(self, ids: Sequence[int]) -> str:
