@@ -13,6 +13,7 @@ generation; this module turns its output into texts, learner batches and CHAI's 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -37,10 +38,10 @@ class ChaiChoice(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4))
-def _q_values(graphdef: nnx.GraphDef, params: nnx.State, observation: Tokens, action: Tokens, k: int):
+def _q_values(graphdef: nnx.GraphDef, sampling: nnx.State, observation: Tokens, action: Tokens, k: int):
     """``Q̄_i`` of ``k`` actions per observation (``action`` rows observation-major); each
     observation is encoded once, not once per candidate."""
-    critic = nnx.merge(graphdef, params)
+    critic = nnx.merge(graphdef, sampling)
     state = jnp.repeat(critic.embed(observation), k, axis=0)
     return critic.q_values(state, critic.embed(action))
 
@@ -58,7 +59,7 @@ def chai_actions(
     critic_tokenizer,
     observations: Sequence[str],
     key: jax.Array,
-    params: SamplingParams,
+    sampling: SamplingParams,
     *,
     k: int = 5,
     model_state: nnx.State | None = None,
@@ -69,7 +70,7 @@ def chai_actions(
     once per observation (the sampler's fan-out) and encoded once by the critic."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    generation = sampler.generate(observations, key, params, model_state=model_state, samples=k)
+    generation = sampler.generate(observations, key, sampling, model_state=model_state, samples=k)
     rows = next_power_of_two(len(observations))
     obs = _pad_batch(encode(critic_tokenizer, observations, max_length=max_length), rows)
     act = _pad_batch(encode(critic_tokenizer, generation.texts, max_length=max_length), rows * k)
@@ -86,7 +87,7 @@ def sampled_actor_batch(
     policy_observations: Sequence[np.ndarray],
     critic_observations: Sequence[np.ndarray],
     key: jax.Array,
-    params: SamplingParams,
+    sampling: SamplingParams,
     *,
     micro_batch_count: int,
     model_state: nnx.State | None = None,
@@ -99,7 +100,7 @@ def sampled_actor_batch(
     included), so the actor trains on exactly what was sampled; only the sampled texts are
     tokenized again, for the critic. Returns ``(batch, generation)``.
     """
-    generation = sampler.generate_rows(policy_observations, key, params, model_state=model_state)
+    generation = sampler.generate_rows(policy_observations, key, sampling, model_state=model_state)
     batch = actor_batch(
         generation.prompt,
         right_padded(generation.tokens, generation.lengths, sampler.pad_id),
@@ -127,14 +128,14 @@ class Acting:
         self.sampler = sampler
         self.pipeline = pipeline
         self.sampling = sampling
-        self.greedy = SamplingParams(**{**sampling.__dict__, "greedy": True})
+        self.greedy = dataclasses.replace(sampling, greedy=True)
         self.critic_graphdef = critic_graphdef
         self.chai_samples = chai_samples
 
     def sample(self, policy: nnx.State, observations: Sequence[str], key: jax.Array, *, greedy: bool = False) -> list[str]:
         """One utterance per observation from the policy (sampled, or greedy)."""
-        params = self.greedy if greedy else self.sampling
-        return self.sampler.generate(observations, key, params, model_state=policy).texts
+        sampling = self.greedy if greedy else self.sampling
+        return self.sampler.generate(observations, key, sampling, model_state=policy).texts
 
     def pi_actions(self, policy: nnx.State, policy_rows: Sequence[np.ndarray], key: jax.Array) -> list[str]:
         """A fresh ``a_π ~ π(·|s)`` per observation given in policy token rows."""

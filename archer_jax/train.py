@@ -69,25 +69,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
 
         for iteration in range(loop.iteration + 1, c.iterations + 1):
             t0 = time.perf_counter()
-            episodes, t_rollout = timed(collect, run, agent, states, iteration)  # roll out with the policy
+            episodes, t_rollout = timed(collect, run, agent, states, iteration)  # roll out with the agent
             loop.env_samples += store(run, replay, episodes, loop.episodes)  # into the replay buffer
             loop.episodes += len(episodes)
             states, seconds = agent.learn(run, states, replay, iteration)  # critic, actor or BC steps
-
-            metrics = {f"rollout/{k}": v for k, v in rollout.summarize(episodes).items()}
-            metrics.update(run.watchdog.means())
-            metrics.update(env_samples=loop.env_samples, episodes=loop.episodes, replay_size=len(replay))
+            evaluation = None
             if (c.eval_freq and iteration % c.eval_freq == 0) or iteration == c.iterations:
-                evaluation, t_eval = timed(evaluate, run, agent, states)
-                evaluated = _eval_metrics(evaluation)
-                metrics.update(evaluated, **{"time/eval": t_eval})
-                loop.evals.append(dict(iteration=iteration, env_samples=loop.env_samples, **evaluated))
-            metrics.update({"time/rollout": t_rollout, "time/critic": seconds["critic"], "time/actor": seconds["actor"],
-                            "time/iteration": time.perf_counter() - t0})
-            loop.history.append(dict(iteration=iteration, **metrics))
-            loop.iteration = iteration
-            writers.scalars(iteration, metrics)
-            log.info("%s", report.console_line(iteration, c.iterations, metrics))
+                evaluation = timed(evaluate, run, agent, states)  # greedy, on fixed games
+            seconds = dict(rollout=t_rollout, **seconds)
+            _record_iteration(run, loop, writers, iteration, episodes, replay, evaluation, seconds, t0)
             if iteration % c.save_freq == 0 or iteration == c.iterations:
                 loop.wall_time_s = time.time() - session_start
                 _save(checkpoints, iteration, states, replay, loop)
@@ -127,6 +117,25 @@ def _start_or_resume(run: Components, agent: agents.Agent, checkpoints: Checkpoi
     loop.wall_time_s = time.time() - started
     _save(checkpoints, 0, states, replay, loop)
     return states, replay, loop
+
+
+def _record_iteration(run: Components, loop: LoopState, writers: report.Writers, iteration: int, episodes, replay,
+                      evaluation: tuple | None, seconds: dict[str, float], start: float) -> None:
+    """The iteration's metrics (rollouts, step means, counters, evaluation, phase times) into the
+    loop's history, TensorBoard and the console."""
+    c = run.config
+    metrics = {f"rollout/{k}": v for k, v in rollout.summarize(episodes).items()}
+    metrics.update(run.watchdog.means())
+    metrics.update(env_samples=loop.env_samples, episodes=loop.episodes, replay_size=len(replay))
+    if evaluation is not None:
+        evaluated = _eval_metrics(evaluation[0])
+        metrics.update(evaluated, **{"time/eval": evaluation[1]})
+        loop.evals.append(dict(iteration=iteration, env_samples=loop.env_samples, **evaluated))
+    metrics.update({f"time/{k}": v for k, v in seconds.items()}, **{"time/iteration": time.perf_counter() - start})
+    loop.history.append(dict(iteration=iteration, **metrics))
+    loop.iteration = iteration
+    writers.scalars(iteration, metrics)
+    log.info("%s", report.console_line(iteration, c.iterations, metrics))
 
 
 def _save(checkpoints: Checkpoints, step: int, states: States, replay, loop: LoopState) -> None:

@@ -125,21 +125,21 @@ def _threshold(x: Array, keep_above: Callable[[Array], Array]) -> Array:
     return lo
 
 
-def filter_logits(logits: Array, params: SamplingParams) -> Array:
+def filter_logits(logits: Array, sampling: SamplingParams) -> Array:
     """``logits / temperature`` with everything outside top-k / top-p set to ``-inf``.
 
     Top-k keeps the tokens at or above the k-th largest logit; top-p then keeps the smallest set
     of most likely tokens whose probability reaches ``top_p``. Ties at a boundary are kept, so
     a filter may keep slightly more tokens.
     """
-    x = logits.astype(jnp.float32) / params.temperature
-    if params.top_k and params.top_k < x.shape[-1]:
-        k = params.top_k
+    x = logits.astype(jnp.float32) / sampling.temperature
+    if sampling.top_k and sampling.top_k < x.shape[-1]:
+        k = sampling.top_k
         kth = _threshold(x, lambda t: jnp.sum(x >= t, axis=-1, keepdims=True) >= k)
         x = jnp.where(x >= kth, x, -jnp.inf)
-    if params.top_p < 1.0:
+    if sampling.top_p < 1.0:
         probs = jax.nn.softmax(x, axis=-1)
-        top_p = params.top_p
+        top_p = sampling.top_p
         cut = _threshold(x, lambda t: jnp.sum(jnp.where(x >= t, probs, 0.0), axis=-1, keepdims=True) >= top_p)
         x = jnp.where(x >= cut, x, -jnp.inf)
     return x
@@ -163,18 +163,18 @@ def sample_categorical(u: Array, logits: Array) -> Array:
     return jnp.minimum(below, last).astype(jnp.int32)
 
 
-def choose_tokens(logits: Array, u: Array, params: SamplingParams) -> tuple[Array, Array, Array]:
+def choose_tokens(logits: Array, u: Array, sampling: SamplingParams) -> tuple[Array, Array, Array]:
     """Picks one token per row of ``logits`` (``[batch, vocab]``) with ``u`` (one uniform per row).
 
     Returns the tokens, their log-probs under the model (``log_softmax(logits)``), and their
     log-probs under the sampling distribution (0 for greedy).
     """
     model_logprobs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    if params.greedy:
+    if sampling.greedy:
         tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         sample_lp = jnp.zeros(tokens.shape, jnp.float32)
     else:
-        filtered = filter_logits(logits, params)
+        filtered = filter_logits(logits, sampling)
         tokens = sample_categorical(u, filtered)
         sample_lp = jnp.take_along_axis(jax.nn.log_softmax(filtered, axis=-1), tokens[:, None], -1)[:, 0]
     model_lp = jnp.take_along_axis(model_logprobs, tokens[:, None], -1)[:, 0]
@@ -182,11 +182,11 @@ def choose_tokens(logits: Array, u: Array, params: SamplingParams) -> tuple[Arra
 
 
 def _record(
-    state: DecodeState, step: Array, logits: Array, stop_table: Array, pad_id: int, params: SamplingParams
+    state: DecodeState, step: Array, logits: Array, stop_table: Array, pad_id: int, sampling: SamplingParams
 ) -> DecodeState:
     """Samples token ``step`` from ``logits`` for the rows not yet done and updates the state."""
     u = jax.lax.dynamic_index_in_dim(state.uniforms, step, axis=1, keepdims=False)
-    token, lp, slp = choose_tokens(logits, u, params)
+    token, lp, slp = choose_tokens(logits, u, sampling)
     live = ~state.done
     token = jnp.where(live, token, pad_id)
     column = lambda a, v: jax.lax.dynamic_update_slice_in_dim(a, v[:, None].astype(a.dtype), step, axis=1)  # noqa: E731
@@ -202,7 +202,7 @@ def _record(
 
 def prefill(
     graphdef: nnx.GraphDef,
-    params: SamplingParams,
+    sampling: SamplingParams,
     pad_id: int,
     state_shardings: DecodeState | None,
     model_state: nnx.State,
@@ -220,7 +220,7 @@ def prefill(
     """
     model: GPT2LMHeadModel = nnx.merge(graphdef, model_state)
     batch, prompt_length = prompt_ids.shape
-    new = params.max_new_tokens
+    new = sampling.max_new_tokens
     cache = init_cache(model.config, batch, prompt_length + new, model.dtype)
     slot_mask = jnp.concatenate([prompt_mask.astype(jnp.int32), jnp.zeros((batch, new), jnp.int32)], axis=1)
     out = model(prompt_ids, slot_mask, cache=cache, cache_index=0, return_logits=False)
@@ -241,14 +241,14 @@ def prefill(
         sample_logprobs=jnp.zeros((batch, new), jnp.float32),
         lengths=jnp.zeros((batch,), jnp.int32),
         done=~active.astype(bool),
-        uniforms=jnp.zeros((batch, new), jnp.float32) if params.greedy else row_uniforms(key, batch, new),
+        uniforms=jnp.zeros((batch, new), jnp.float32) if sampling.greedy else row_uniforms(key, batch, new),
     )
-    return _record(state, state.step, logits, stop_table, pad_id, params)
+    return _record(state, state.step, logits, stop_table, pad_id, sampling)
 
 
 def decode(
     graphdef: nnx.GraphDef,
-    params: SamplingParams,
+    sampling: SamplingParams,
     pad_id: int,
     model_state: nnx.State,
     state: DecodeState,
@@ -259,10 +259,10 @@ def decode(
     The state (KV cache included) is donated by the caller and updated in place.
     """
     model: GPT2LMHeadModel = nnx.merge(graphdef, model_state)
-    prompt_length = state.slot_mask.shape[1] - params.max_new_tokens  # the slot of the first new token
+    prompt_length = state.slot_mask.shape[1] - sampling.max_new_tokens  # the slot of the first new token
 
     def not_finished(s: DecodeState) -> Array:
-        return (s.step < params.max_new_tokens) & ~jnp.all(s.done)
+        return (s.step < sampling.max_new_tokens) & ~jnp.all(s.done)
 
     def next_token(s: DecodeState) -> DecodeState:
         previous = jax.lax.dynamic_slice_in_dim(s.tokens, s.step - 1, 1, axis=1)  # [batch, 1]
@@ -273,7 +273,7 @@ def decode(
         out = model(previous, slot_mask, cache=s.cache, cache_index=slot, return_logits=False)
         logits = model.lm_logits(out.hidden_state[:, 0])
         s = s._replace(cache=out.cache, slot_mask=slot_mask)
-        return _record(s, s.step, logits, stop_table, pad_id, params)
+        return _record(s, s.step, logits, stop_table, pad_id, sampling)
 
     return jax.lax.while_loop(not_finished, next_token, state)
 
@@ -335,8 +335,8 @@ class Decoder:
     Args:
       model: the policy; its graph (architecture) is fixed here, its parameters can be passed
         per call (``model_state``) so a training loop samples from its latest weights.
-      stop_table: ``stop_table(params)`` is the host ``[vocab_size]`` boolean table of the ids
-        that end a row under ``params`` (its stop strings, and EOS when ``stop_at_eos``). It is
+      stop_table: ``stop_table(sampling)`` is the host ``[vocab_size]`` boolean table of the ids
+        that end a row under ``sampling`` (its stop strings, and EOS when ``stop_at_eos``). It is
         the one place text matters here: :class:`~archer_jax.sampling.sampler.Sampler` builds it
         from its tokenizer. Called once per ``(stop_strings, stop_at_eos)``; the device copy is kept.
       pad_id: the id written into padding and past each row's length.
@@ -373,19 +373,19 @@ class Decoder:
         self._stop_tables: dict = {}
         self.traces = 0  # how many times a program was traced (each trace compiles once)
 
-    def prompt_limit(self, params: SamplingParams) -> int:
+    def prompt_limit(self, sampling: SamplingParams) -> int:
         """The longest prompt (in tokens) that fits with ``max_new_tokens`` in the positions."""
-        room = self.config.n_positions - params.max_new_tokens
+        room = self.config.n_positions - sampling.max_new_tokens
         if self.max_prompt_length is None:
             if room < 1:
                 raise ValueError(
-                    f"max_new_tokens ({params.max_new_tokens}) leaves no room for a prompt in the "
+                    f"max_new_tokens ({sampling.max_new_tokens}) leaves no room for a prompt in the "
                     f"model's n_positions ({self.config.n_positions})"
                 )
             return room
         if self.max_prompt_length > room:
             raise ValueError(
-                f"max_prompt_length ({self.max_prompt_length}) + max_new_tokens ({params.max_new_tokens}) "
+                f"max_prompt_length ({self.max_prompt_length}) + max_new_tokens ({sampling.max_new_tokens}) "
                 f"exceeds the model's n_positions ({self.config.n_positions})"
             )
         return self.max_prompt_length
@@ -398,11 +398,11 @@ class Decoder:
     def _state_shardings(self, batch: int, slots: int) -> DecodeState:
         return decode_state_shardings(self.mesh, self.rules, self.config, batch, slots)
 
-    def _compiled(self, params: SamplingParams, batch: int, prompt_length: int, samples: int = 1):
+    def _compiled(self, sampling: SamplingParams, batch: int, prompt_length: int, samples: int = 1):
         """The jitted (prefill, decode) pair for one sampling setting, shape bucket and fan-out."""
-        signature = (params, batch, prompt_length, samples)
+        signature = (sampling, batch, prompt_length, samples)
         if signature not in self._programs:
-            state_sh = self._state_shardings(batch * samples, prompt_length + params.max_new_tokens)
+            state_sh = self._state_shardings(batch * samples, prompt_length + sampling.max_new_tokens)
             rows, matrix, scalar = shd.batch_sharding(self.mesh, 1), shd.batch_sharding(self.mesh, 2), shd.replicated(self.mesh)
 
             def counted(fn):
@@ -414,12 +414,12 @@ class Decoder:
                 return traced
 
             prefill_fn = jax.jit(
-                counted(functools.partial(prefill, self.graphdef, params, self.pad_id, state_sh, samples=samples)),
+                counted(functools.partial(prefill, self.graphdef, sampling, self.pad_id, state_sh, samples=samples)),
                 in_shardings=(self.param_shardings, matrix, matrix, rows, scalar, scalar),
                 out_shardings=state_sh,
             )
             decode_fn = jax.jit(
-                counted(functools.partial(decode, self.graphdef, params, self.pad_id)),
+                counted(functools.partial(decode, self.graphdef, sampling, self.pad_id)),
                 in_shardings=(self.param_shardings, state_sh, scalar),
                 out_shardings=state_sh,
                 donate_argnums=(1,),
@@ -428,11 +428,11 @@ class Decoder:
             self._programs[signature] = (prefill_fn, decode_fn)
         return self._programs[signature]
 
-    def _stop_table(self, params: SamplingParams) -> Array:
-        """The device copy of ``stop_table(params)``, replicated (built once per stop setting)."""
-        signature = (params.stop_strings, params.stop_at_eos)
+    def _stop_table(self, sampling: SamplingParams) -> Array:
+        """The device copy of ``stop_table(sampling)``, replicated (built once per stop setting)."""
+        signature = (sampling.stop_strings, sampling.stop_at_eos)
         if signature not in self._stop_tables:
-            table = self._host_stop_table(params)
+            table = self._host_stop_table(sampling)
             if table.shape != (self.config.vocab_size,):
                 raise ValueError(f"stop_table must give [vocab_size={self.config.vocab_size}] booleans, got {table.shape}")
             self._stop_tables[signature] = jax.device_put(table, shd.replicated(self.mesh))
@@ -443,7 +443,7 @@ class Decoder:
         prompt_ids: np.ndarray,
         prompt_mask: np.ndarray,
         key: Array,
-        params: SamplingParams = SamplingParams(),
+        sampling: SamplingParams = SamplingParams(),
         *,
         model_state: nnx.State | None = None,
         samples: int = 1,
@@ -457,11 +457,11 @@ class Decoder:
         ``model_state`` defaults to the model's parameters.
         """
         prompt_ids, prompt_mask = _prompt_arrays(prompt_ids, prompt_mask, samples)
-        limit = self.prompt_limit(params)
+        limit = self.prompt_limit(sampling)
         longest = int(prompt_mask.sum(1).max())
         if longest > limit:
             raise ValueError(
-                f"a prompt has {longest} tokens; at most {limit} fit before {params.max_new_tokens} new tokens "
+                f"a prompt has {longest} tokens; at most {limit} fit before {sampling.max_new_tokens} new tokens "
                 f"in the model's n_positions ({self.config.n_positions})"
             )
         if prompt_mask[:, -1].min() == 0:
@@ -470,9 +470,9 @@ class Decoder:
         rows = self.batch_bucket(prompt_ids.shape[0])
         ids, mask, active = _pad_to_buckets(prompt_ids, prompt_mask, rows, bucket, self.pad_id)
 
-        prefill_fn, decode_fn = self._compiled(params, rows, bucket, samples)
+        prefill_fn, decode_fn = self._compiled(sampling, rows, bucket, samples)
         model_state = self.model_state if model_state is None else jax.device_put(model_state, self.param_shardings)
-        stop_table = self._stop_table(params)
+        stop_table = self._stop_table(sampling)
         state = prefill_fn(model_state, ids, mask, active, stop_table, key)
         state = decode_fn(model_state, state, stop_table)
         return SampledTokens(state.tokens, state.lengths, state.logprobs, state.sample_logprobs)

@@ -54,11 +54,11 @@ def stop_token_table(tokenizer, stop_strings: Sequence[str], vocab_size: int) ->
     return table
 
 
-def _stop_tokens(tokenizer, vocab_size: int, params: SamplingParams) -> np.ndarray:
+def _stop_tokens(tokenizer, vocab_size: int, sampling: SamplingParams) -> np.ndarray:
     """The :class:`Decoder`'s stop table: the ids holding a stop string, and EOS with ``stop_at_eos``."""
-    table = stop_token_table(tokenizer, params.stop_strings, vocab_size)
+    table = stop_token_table(tokenizer, sampling.stop_strings, vocab_size)
     eos = tokenizer.eos_token_id
-    if params.stop_at_eos and eos is not None and eos < len(table):
+    if sampling.stop_at_eos and eos is not None and eos < len(table):
         table[eos] = True
     return table
 
@@ -140,17 +140,17 @@ class Sampler:
     traces = _from_decoder("traces")  # how many times a program was traced (each trace compiles once)
     batch_bucket = _from_decoder("batch_bucket")
 
-    def prompt_limit(self, params: SamplingParams) -> int:
+    def prompt_limit(self, sampling: SamplingParams) -> int:
         """The longest prompt (in tokens) that fits with ``max_new_tokens`` in the positions."""
-        return self.decoder.prompt_limit(params)
+        return self.decoder.prompt_limit(sampling)
 
-    def encode(self, prompts: Sequence[str], params: SamplingParams) -> Tokens:
+    def encode(self, prompts: Sequence[str], sampling: SamplingParams) -> Tokens:
         """Tokenizes ``prompts`` (left truncation, left padding to a length bucket)."""
         if isinstance(prompts, str):
             raise TypeError("prompts must be a sequence of strings, got one string")
         if len(prompts) == 0:
             raise ValueError("prompts is empty: nothing to generate from")
-        limit = self.prompt_limit(params)
+        limit = self.prompt_limit(sampling)
         encoded = encode(self.tokenizer, prompts, max_length=limit, min_bucket=min(self.min_prompt_bucket, limit))
         empty = np.flatnonzero(encoded.attention_mask.sum(1) == 0)
         if empty.size:
@@ -162,32 +162,32 @@ class Sampler:
         prompt_ids: np.ndarray,
         prompt_mask: np.ndarray,
         key: Array,
-        params: SamplingParams = SamplingParams(),
+        sampling: SamplingParams = SamplingParams(),
         *,
         model_state: nnx.State | None = None,
         samples: int = 1,
     ) -> SampledTokens:
         """:meth:`Decoder.generate_tokens`: token ids in, device arrays of the padded batch out."""
-        return self.decoder.generate_tokens(prompt_ids, prompt_mask, key, params, model_state=model_state, samples=samples)
+        return self.decoder.generate_tokens(prompt_ids, prompt_mask, key, sampling, model_state=model_state, samples=samples)
 
     def generate(
         self,
         prompts: Sequence[str],
         key: Array,
-        params: SamplingParams = SamplingParams(),
+        sampling: SamplingParams = SamplingParams(),
         *,
         model_state: nnx.State | None = None,
         samples: int = 1,
     ) -> Generation:
         """Generates ``samples`` actions per prompt (prompt-major rows; the prompt is run once).
         ``model_state`` defaults to the model's parameters."""
-        return self._generate(self.encode(prompts, params), key, params, model_state, samples)
+        return self._generate(self.encode(prompts, sampling), key, sampling, model_state, samples)
 
     def generate_rows(
         self,
         rows: Sequence[np.ndarray],
         key: Array,
-        params: SamplingParams = SamplingParams(),
+        sampling: SamplingParams = SamplingParams(),
         *,
         model_state: nnx.State | None = None,
         samples: int = 1,
@@ -196,22 +196,22 @@ class Sampler:
         kept in a replay buffer): no re-tokenization."""
         if len(rows) == 0:
             raise ValueError("rows is empty: nothing to generate from")
-        limit = self.prompt_limit(params)
+        limit = self.prompt_limit(sampling)
         rows = [np.asarray(r, np.int32)[-limit:] for r in rows]
         encoded = pad_rows(rows, self.pad_id, left=True, max_length=limit, min_bucket=min(self.min_prompt_bucket, limit))
-        return self._generate(encoded, key, params, model_state, samples)
+        return self._generate(encoded, key, sampling, model_state, samples)
 
     def _generate(
-        self, encoded: Tokens, key: Array, params: SamplingParams, model_state: nnx.State | None, samples: int = 1
+        self, encoded: Tokens, key: Array, sampling: SamplingParams, model_state: nnx.State | None, samples: int = 1
     ) -> Generation:
         out = self.generate_tokens(
-            encoded.input_ids, encoded.attention_mask, key, params, model_state=model_state, samples=samples
+            encoded.input_ids, encoded.attention_mask, key, sampling, model_state=model_state, samples=samples
         )
         rows = encoded.input_ids.shape[0] * samples
         out = jax.device_get(jax.tree.map(lambda a: a[:rows], out))
-        return self._finish(out, params, encoded)
+        return self._finish(out, sampling, encoded)
 
-    def _finish(self, out: SampledTokens, params: SamplingParams, prompt: Tokens) -> Generation:
+    def _finish(self, out: SampledTokens, sampling: SamplingParams, prompt: Tokens) -> Generation:
         """Host side: texts cut before the stop string, rows truncated where it ends, finish reasons."""
         tokens, lengths = np.array(out.tokens), np.array(out.lengths)
         logprobs, sample_lp = np.array(out.logprobs), np.array(out.sample_logprobs)
@@ -219,11 +219,11 @@ class Sampler:
         texts, reasons = [], []
         for i in range(len(tokens)):
             n = int(lengths[i])
-            text, cut, found = self._cut_at_stop(tokens[i, :n], params.stop_strings)
+            text, cut, found = self._cut_at_stop(tokens[i, :n], sampling.stop_strings)
             if cut < n:  # a stop string that straddled tokens: drop what the device sampled after it
                 tokens[i, cut:], logprobs[i, cut:], sample_lp[i, cut:] = self.pad_id, 0.0, 0.0
                 lengths[i] = n = cut
-            ends_at_eos = params.stop_at_eos and n and int(tokens[i, n - 1]) == eos
+            ends_at_eos = sampling.stop_at_eos and n and int(tokens[i, n - 1]) == eos
             texts.append(text)
             reasons.append("stop" if found else "eos" if ends_at_eos else "length")
         return Generation(texts, tokens, lengths, logprobs, sample_lp, reasons, prompt)
