@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 
 from archer_jax.learners.critic import CriticValues
-from archer_jax.learners.estimators import td_targets  # noqa: F401  (re-exported: the critic loss's targets)
 
 Array = jax.Array
 

@@ -36,7 +36,7 @@ def test_critic_td_loss_matches_numpy():
     online = losses.CriticValues(*f(q1, q2, v1, v2))
     z = np.zeros(n)
     next_target, pi_target = losses.CriticValues(*f(z, z, nv1, nv2)), losses.CriticValues(*f(pq1, pq2, z, z))
-    q_targets = losses.td_targets(
+    q_targets = learners.td_targets(
         jnp.asarray(r, jnp.float32), jnp.asarray(terminal, jnp.float32), next_target.v1, next_target.v2, gamma
     )
     loss, aux = losses.critic_loss(online, q_targets, (pi_target.q1, pi_target.q2))
@@ -49,7 +49,7 @@ def test_critic_td_loss_matches_numpy():
 def test_truncation_bootstraps_and_terminal_does_not():
     reward, next_v = jnp.array([-1.0, -1.0]), jnp.array([3.0, 3.0])
     terminal = jnp.array([1.0, 0.0])  # row 1: cut by the time limit, not a terminal state
-    y1, _ = losses.td_targets(reward, terminal, next_v, next_v, 0.5)
+    y1, _ = learners.td_targets(reward, terminal, next_v, next_v, 0.5)
     np.testing.assert_allclose(np.asarray(y1), [-1.0, -1.0 + 0.5 * 3.0])
 
 
@@ -58,7 +58,7 @@ def test_critic_loss_gradient_flows_only_into_online_values():
     def loss_of(online_scale, target_scale):
         v = losses.CriticValues(*(values * online_scale))
         t = losses.CriticValues(*(values * target_scale))
-        return losses.critic_loss(v, losses.td_targets(jnp.ones(4), jnp.zeros(4), t.v1, t.v2, 0.9), (t.q1, t.q2))[0]
+        return losses.critic_loss(v, learners.td_targets(jnp.ones(4), jnp.zeros(4), t.v1, t.v2, 0.9), (t.q1, t.q2))[0]
     assert jax.grad(loss_of, argnums=1)(1.0, 2.0) == 0.0
     assert jax.grad(loss_of, argnums=0)(1.0, 2.0) != 0.0
 
