@@ -139,6 +139,7 @@ class Sampler:
     model_state = _from_decoder("model_state")
     traces = _from_decoder("traces")  # how many times a program was traced (each trace compiles once)
     batch_bucket = _from_decoder("batch_bucket")
+    generate_tokens = _from_decoder("generate_tokens")  # token ids in, device arrays of the padded batch out
 
     def prompt_limit(self, sampling: SamplingParams) -> int:
         """The longest prompt (in tokens) that fits with ``max_new_tokens`` in the positions."""
@@ -156,19 +157,6 @@ class Sampler:
         if empty.size:
             raise ValueError(f"prompt {int(empty[0])} encodes to no tokens; every prompt needs at least one")
         return encoded
-
-    def generate_tokens(
-        self,
-        prompt_ids: np.ndarray,
-        prompt_mask: np.ndarray,
-        key: Array,
-        sampling: SamplingParams = SamplingParams(),
-        *,
-        model_state: nnx.State | None = None,
-        samples: int = 1,
-    ) -> SampledTokens:
-        """:meth:`Decoder.generate_tokens`: token ids in, device arrays of the padded batch out."""
-        return self.decoder.generate_tokens(prompt_ids, prompt_mask, key, sampling, model_state=model_state, samples=samples)
 
     def generate(
         self,
