@@ -27,6 +27,7 @@ from archer_jax.input_pipeline import InputPipeline
 from archer_jax.learners.batches import ActorBatch, actor_batch, right_padded
 from archer_jax.learners.selection import chai_select
 from archer_jax.models.tokenizer import Tokens, encode, next_power_of_two, token_rows
+from archer_jax.precision import traced_with
 from archer_jax.sampling import Generation, Sampler, SamplingParams
 
 
@@ -37,13 +38,18 @@ class ChaiChoice(NamedTuple):
     candidates: Generation  # all batch * k samples, observation-major
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4))
-def _q_values(graphdef: nnx.GraphDef, sampling: nnx.State, observation: Tokens, action: Tokens, k: int):
+@functools.partial(jax.jit, static_argnums=(0, 4, 5))
+def _q_values(graphdef: nnx.GraphDef, critic_params: nnx.State, observation: Tokens, action: Tokens, k: int,
+              matmul_precision: str | None):
     """``Q̄_i`` of ``k`` actions per observation (``action`` rows observation-major); each
     observation is encoded once, not once per candidate."""
-    critic = nnx.merge(graphdef, sampling)
-    state = jnp.repeat(critic.embed(observation), k, axis=0)
-    return critic.q_values(state, critic.embed(action))
+
+    def score():
+        critic = nnx.merge(graphdef, critic_params)
+        state = jnp.repeat(critic.embed(observation), k, axis=0)
+        return critic.q_values(state, critic.embed(action))
+
+    return traced_with(score, matmul_precision)()
 
 
 def _pad_batch(tokens: Tokens, rows: int) -> Tokens:
@@ -75,7 +81,8 @@ def chai_actions(
     obs = _pad_batch(encode(critic_tokenizer, observations, max_length=max_length), rows)
     act = _pad_batch(encode(critic_tokenizer, generation.texts, max_length=max_length), rows * k)
     batch = len(observations) * k
-    q1, q2 = (jnp.reshape(q[:batch], (len(observations), k)) for q in _q_values(critic_graphdef, target_params, obs, act, k))
+    scores = _q_values(critic_graphdef, target_params, obs, act, k, sampler.matmul_precision)
+    q1, q2 = (jnp.reshape(q[:batch], (len(observations), k)) for q in scores)
     index = np.asarray(chai_select(q1, q2))
     texts = [generation.texts[i * k + j] for i, j in enumerate(index)]
     return ChaiChoice(texts, index, np.asarray(jnp.minimum(q1, q2)), generation)

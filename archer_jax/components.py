@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
 from archer_jax import agents
@@ -28,6 +27,7 @@ from archer_jax.learners.learner import Learner, LearnerConfig
 from archer_jax.learners.train_state import States
 from archer_jax.models import load_gpt2, load_roberta, load_tokenizer
 from archer_jax.models.tiny import model_directory
+from archer_jax.precision import compute_dtype
 from archer_jax.replay import ReplayBuffer
 from archer_jax.sampling import Sampler, SamplingParams
 from archer_jax.step_metrics import StepMetrics
@@ -41,13 +41,15 @@ class Components:
         self.agent = agents.get(c.agent)
         self.key = jax.random.key(c.seed)
         self.mesh = shd.make_mesh(**c.mesh.to_dict())
-        dtype = jnp.bfloat16 if c.model.dtype == "bfloat16" else jnp.float32
+        dtype = compute_dtype(c.model.dtype, self.mesh.devices.flat[0].platform)
+        precision = c.model.matmul_precision
 
         policy_dir = model_directory(c.model.policy, "gpt2", self.workdir)
         policy_tokenizer = load_tokenizer(policy_dir)
         policy = load_gpt2(policy_dir, dtype=dtype)
         room = policy.config.n_positions - c.sampling.max_new_tokens
-        sampler = Sampler(policy, policy_tokenizer, mesh=self.mesh, max_prompt_length=min(c.model.max_prompt_length, room))
+        sampler = Sampler(policy, policy_tokenizer, mesh=self.mesh, max_prompt_length=min(c.model.max_prompt_length, room),
+                          matmul_precision=precision)
         self.actor_module = Actor(
             policy, token_baseline=actor_losses.get_actor_loss(c.learner.actor_loss).needs_baseline, rngs=nnx.Rngs(c.seed)
         )
@@ -58,7 +60,7 @@ class Components:
             encoder = load_roberta(critic_dir, dtype=dtype, seed=c.seed)
             critic = DoubleCritic(encoder, embedding=c.model.critic_embedding, rngs=nnx.Rngs(c.seed))
             max_critic_length = min(max_critic_length, encoder.config.max_position_embeddings - 2)
-        self.learner = Learner(self.actor_module, critic, LearnerConfig(**c.learner), mesh=self.mesh)
+        self.learner = Learner(self.actor_module, critic, LearnerConfig(**c.learner), mesh=self.mesh, matmul_precision=precision)
         self.pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, sampler.max_prompt_length, max_critic_length,
                                       c.sampling.max_new_tokens)
         self.acting = Acting(
@@ -83,7 +85,7 @@ class Components:
         """A learner whose actor optimizer runs at ``config.sft.lr`` (for the warm start)."""
         c = self.config
         config = LearnerConfig(actor_lr=c.sft.lr, max_grad_norm=c.learner.max_grad_norm, actor_loss=c.learner.actor_loss)
-        return Learner(self.actor_module, None, config, mesh=self.mesh)
+        return Learner(self.actor_module, None, config, mesh=self.mesh, matmul_precision=self.config.model.matmul_precision)
 
     def policy(self, states: States):
         """The policy's parameters in ``states`` (what the sampler acts with)."""

@@ -35,9 +35,9 @@ from archer_jax.errors import ConfigError
 from archer_jax.learners import registry as actor_losses
 from archer_jax.models import hub
 from archer_jax.models.tiny import TINY_PREFIX
+from archer_jax.precision import DTYPES, MATMUL_PRECISIONS
 
 EMBEDDINGS = ("pooler", "first_token")
-DTYPES = ("float32", "bfloat16")
 FREE_FORM = ("env.options",)  # keyword arguments for the env: checked by the env's registry entry
 
 # Keys of archer_jax 0.1 (a flat config) and where they are now.
@@ -90,7 +90,8 @@ def base_config() -> ml_collections.ConfigDict:
         policy="gpt2",  # hub name, HF-format directory, or tiny:gpt2
         critic="roberta-base",  # hub name, HF-format directory, or tiny:roberta
         critic_embedding="pooler",  # pooler | first_token
-        dtype="float32",  # compute dtype: float32 | bfloat16
+        dtype="auto",  # compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32 | bfloat16
+        matmul_precision="default",  # float32 matmuls: default | high | highest (archer_jax/precision.py)
         max_prompt_length=512,  # policy prompt tokens (left-truncated)
         max_critic_length=512,  # critic tokens per text (left-truncated)
     ))
@@ -204,6 +205,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     choice("learner.actor_loss", tuple(actor_losses.ACTOR_LOSSES))
     choice("model.critic_embedding", EMBEDDINGS)
     choice("model.dtype", DTYPES)
+    choice("model.matmul_precision", MATMUL_PRECISIONS)
     envs.check(c.env.name)
     positive("iterations", "rollout_size", "eval_size", "capacity", "batch_size", "grad_accum_steps", "chai_samples",
              "keep_checkpoints", "max_nonfinite_steps", "sampling.max_new_tokens", "sampling.temperature",

@@ -1,4 +1,4 @@
-"""What a run reports: clu metric writers, the console line, summary.json and learning_curve.png."""
+"""What a run reports: TensorBoard events (and W&B), the console line, summary.json and learning_curve.png."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 
 import jax
 
+from archer_jax.tensorboard_writer import tensorboard_writer
+
 log = logging.getLogger("archer_jax")
 
 SUMMARY = "summary.json"
@@ -20,7 +22,7 @@ HISTORY = "history.jsonl"
 
 
 class WandbWriter:
-    """A clu-style writer that forwards scalars and hyperparameters to Weights & Biases."""
+    """A writer (the methods of clu's) that forwards scalars and hyperparameters to Weights & Biases."""
 
     def __init__(self, project: str, config: Mapping[str, Any], workdir: Path):
         try:
@@ -44,14 +46,14 @@ class WandbWriter:
 
 
 class Writers:
-    """TensorBoard event files in the workdir (clu), optionally W&B, and ``history.jsonl``."""
+    """TensorBoard event files in the workdir (written without TensorFlow) and optionally W&B, from
+    the first process only."""
 
     def __init__(self, workdir: Path, *, use_wandb: bool = False, wandb_project: str = "", config: Mapping | None = None):
-        from clu import metric_writers
-
         self.workdir = Path(workdir)
         primary = jax.process_index() == 0
-        self._writers = [metric_writers.create_default_writer(os.fspath(self.workdir), just_logging=not primary)]
+        board = tensorboard_writer(self.workdir) if primary else None
+        self._writers: list = [board] if board is not None else []
         if use_wandb and primary:
             self._writers.append(WandbWriter(wandb_project, config or {}, self.workdir))
         self._primary = primary

@@ -26,3 +26,37 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="archer_jax_test_jit_cache_")
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
+
+# ---- the precision policy in tests -------------------------------------------------------------
+# Tests that compare numbers with an independent reference (Hugging Face PyTorch, NumPy, one
+# device against a mesh) run with float32 matmuls at "highest" precision, so they hold on GPUs
+# (TF32 by default) and TPUs (one bfloat16 pass by default) as on CPUs. Every other test runs
+# with the platform's default, as a user's run does.
+import pytest  # noqa: E402
+
+PARITY = ("tests/models/", "tests/learners/", "tests/test_sampling.py", "tests/test_sharding.py")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if os.path.relpath(str(item.path), _ROOT).replace(os.sep, "/").startswith(PARITY):
+            item.add_marker(pytest.mark.parity)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("parity") is not None:
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", "highest")
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    import jax
+
+    jax.config.update("jax_default_matmul_precision", None)

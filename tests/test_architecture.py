@@ -13,9 +13,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 
 LAYERS = [
-    ("archer_jax", "errors", "xla_flags", "sharding"),
+    ("archer_jax", "errors", "xla_flags", "sharding", "precision"),
     ("models", "envs"),
-    ("learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline"),
+    ("learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
+     "tensorboard_writer"),
     ("acting", "sft"),
     ("agents",),
     ("components", "config"),

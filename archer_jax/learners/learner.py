@@ -22,6 +22,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from archer_jax import sharding as shd
+from archer_jax.precision import traced_with
 from archer_jax.learners import archer, bc, registry, train_state
 from archer_jax.learners.actor import Actor
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
@@ -64,6 +65,7 @@ class Learner:
         *,
         mesh: Mesh | None = None,
         rules: shd.Rules = shd.DEFAULT_RULES,
+        matmul_precision: str | None = None,
     ):
         needs_baseline = registry.get_actor_loss(config.actor_loss).needs_baseline
         if needs_baseline != (actor.baseline is not None):
@@ -71,6 +73,7 @@ class Learner:
         self.config = config
         self.mesh = mesh if mesh is not None else shd.single_device_mesh()
         self.rules = rules
+        self.matmul_precision = matmul_precision  # None: the ambient jax.default_matmul_precision
         self.actor_graphdef, self._actor_params = train_state.split_params(actor)
         self.has_critic = critic is not None
         self.actor_tx = train_state.optimizer(config.actor_lr, config.max_grad_norm)
@@ -87,23 +90,32 @@ class Learner:
             self.critic_graphdef, self._critic_params = train_state.split_params(critic)
             self.critic_shardings = self._shardings(self._critic_params, self.critic_tx, with_target=True)
             self._critic_step = jax.jit(
-                functools.partial(archer.critic_step, self.critic_graphdef, self.critic_tx, c.gamma, c.tau),
+                self._traced(archer.critic_step, self.critic_graphdef, self.critic_tx, c.gamma, c.tau),
                 in_shardings=(self.critic_shardings, critic_batch),
                 out_shardings=(self.critic_shardings, replicated),
                 donate_argnums=(0,),
             )
             self._actor_step = jax.jit(
-                functools.partial(archer.actor_step, self.actor_graphdef, self.critic_graphdef, self.actor_tx, c.actor_loss),
+                self._traced(archer.actor_step, self.actor_graphdef, self.critic_graphdef, self.actor_tx, c.actor_loss),
                 in_shardings=(self.actor_shardings, self.critic_shardings.params, actor_batch),
                 out_shardings=(self.actor_shardings, replicated),
                 donate_argnums=(0,),
             )
         self._bc_step = jax.jit(
-            functools.partial(bc.bc_step, self.actor_graphdef, self.actor_tx),
+            self._traced(bc.bc_step, self.actor_graphdef, self.actor_tx),
             in_shardings=(self.actor_shardings, bc_batch),
             out_shardings=(self.actor_shardings, replicated),
             donate_argnums=(0,),
         )
+
+    def _traced(self, step, *static):
+        """``step`` with its static arguments bound, traced under the learner's matmul precision."""
+        return traced_with(functools.partial(step, *static), self.matmul_precision)
+
+    def programs(self) -> dict:
+        """The jitted steps by name (e.g. to ``.lower(...)`` them and read their HLO)."""
+        names = ("critic_step", "actor_step", "bc_step") if self.has_critic else ("bc_step",)
+        return {name: getattr(self, f"_{name}") for name in names}
 
     def _shardings(self, params: nnx.State, tx: optax.GradientTransformation, with_target: bool) -> TrainState:
         abstract = jax.eval_shape(functools.partial(train_state.create, tx=tx, with_target=with_target), params)

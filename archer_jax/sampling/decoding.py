@@ -40,6 +40,7 @@ from archer_jax import sharding as shd
 from archer_jax.models.attention import KVCache
 from archer_jax.models.gpt2.model import GPT2Config, GPT2LMHeadModel, init_cache
 from archer_jax.models.tokenizer import bucket_length, next_power_of_two
+from archer_jax.precision import traced_with
 from archer_jax.xla_flags import decode_compiler_options
 
 Array = jax.Array
@@ -315,6 +316,19 @@ def _prompt_arrays(prompt_ids: np.ndarray, prompt_mask: np.ndarray, samples: int
     return prompt_ids, prompt_mask
 
 
+def _longest_prompt(prompt_mask: np.ndarray, limit: int, max_new_tokens: int, n_positions: int) -> int:
+    """The longest prompt's length, after checking that it fits and that prompts are left-padded."""
+    longest = int(prompt_mask.sum(1).max())
+    if longest > limit:
+        raise ValueError(
+            f"a prompt has {longest} tokens; at most {limit} fit before {max_new_tokens} new tokens "
+            f"in the model's n_positions ({n_positions})"
+        )
+    if prompt_mask[:, -1].min() == 0:
+        raise ValueError("prompts must be left-padded with at least one token each (prompt_mask[:, -1] == 1)")
+    return longest
+
+
 def _pad_to_buckets(
     prompt_ids: np.ndarray, prompt_mask: np.ndarray, rows: int, bucket: int, pad_id: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -327,6 +341,24 @@ def _pad_to_buckets(
     ids[:batch, -keep:] = prompt_ids[:, -keep:]
     mask[:batch, -keep:] = prompt_mask[:, -keep:]
     return ids, mask, np.arange(rows) < batch
+
+
+def prompt_limit(n_positions: int, max_prompt_length: int | None, max_new_tokens: int) -> int:
+    """The longest prompt that fits with ``max_new_tokens`` in ``n_positions``: ``max_prompt_length``,
+    or by default all the room there is; a ValueError if it does not fit."""
+    room = n_positions - max_new_tokens
+    if max_prompt_length is None:
+        if room < 1:
+            raise ValueError(
+                f"max_new_tokens ({max_new_tokens}) leaves no room for a prompt in the model's n_positions ({n_positions})"
+            )
+        return room
+    if max_prompt_length > room:
+        raise ValueError(
+            f"max_prompt_length ({max_prompt_length}) + max_new_tokens ({max_new_tokens}) "
+            f"exceeds the model's n_positions ({n_positions})"
+        )
+    return max_prompt_length
 
 
 class Decoder:
@@ -345,6 +377,8 @@ class Decoder:
       max_prompt_length: the longest prompt in tokens (default: the model's ``n_positions``
         minus ``max_new_tokens``).
       min_prompt_bucket: the shortest prompt length bucket.
+      matmul_precision: the programs' matmul precision (:mod:`archer_jax.precision`; None: the
+        ambient ``jax.default_matmul_precision``).
     """
 
     def __init__(
@@ -357,6 +391,7 @@ class Decoder:
         rules: shd.Rules = shd.DEFAULT_RULES,
         max_prompt_length: int | None = None,
         min_prompt_bucket: int = 16,
+        matmul_precision: str | None = None,
     ):
         self.graphdef, state = nnx.split(model)
         self.config = model.config
@@ -365,6 +400,7 @@ class Decoder:
         self.rules = rules
         self.max_prompt_length = max_prompt_length
         self.min_prompt_bucket = min_prompt_bucket
+        self.matmul_precision = matmul_precision
         self.pad_id = int(pad_id)
         self.param_shardings = shd.state_shardings(state, self.mesh, rules)
         self.model_state = jax.device_put(state, self.param_shardings)
@@ -375,25 +411,23 @@ class Decoder:
 
     def prompt_limit(self, sampling: SamplingParams) -> int:
         """The longest prompt (in tokens) that fits with ``max_new_tokens`` in the positions."""
-        room = self.config.n_positions - sampling.max_new_tokens
-        if self.max_prompt_length is None:
-            if room < 1:
-                raise ValueError(
-                    f"max_new_tokens ({sampling.max_new_tokens}) leaves no room for a prompt in the "
-                    f"model's n_positions ({self.config.n_positions})"
-                )
-            return room
-        if self.max_prompt_length > room:
-            raise ValueError(
-                f"max_prompt_length ({self.max_prompt_length}) + max_new_tokens ({sampling.max_new_tokens}) "
-                f"exceeds the model's n_positions ({self.config.n_positions})"
-            )
-        return self.max_prompt_length
+        return prompt_limit(self.config.n_positions, self.max_prompt_length, sampling.max_new_tokens)
 
     def batch_bucket(self, batch: int) -> int:
         """Rows are padded to a power of two, and to a multiple of the mesh's batch axes."""
         multiple = shd.batch_size_multiple(self.mesh)
         return -(-next_power_of_two(batch) // multiple) * multiple
+
+    def _traced(self, fn, *static, **kw):
+        """``fn`` with its static arguments bound, traced under the matmul precision, and counted
+        in :attr:`traces` each time it is traced (that is, compiled)."""
+        program = traced_with(functools.partial(fn, *static, **kw), self.matmul_precision)
+
+        def counted(*args):
+            self.traces += 1  # runs at trace time only
+            return program(*args)
+
+        return counted
 
     def _state_shardings(self, batch: int, slots: int) -> DecodeState:
         return decode_state_shardings(self.mesh, self.rules, self.config, batch, slots)
@@ -405,21 +439,13 @@ class Decoder:
             state_sh = self._state_shardings(batch * samples, prompt_length + sampling.max_new_tokens)
             rows, matrix, scalar = shd.batch_sharding(self.mesh, 1), shd.batch_sharding(self.mesh, 2), shd.replicated(self.mesh)
 
-            def counted(fn):
-                @functools.wraps(fn)
-                def traced(*args):
-                    self.traces += 1  # runs at trace time only
-                    return fn(*args)
-
-                return traced
-
             prefill_fn = jax.jit(
-                counted(functools.partial(prefill, self.graphdef, sampling, self.pad_id, state_sh, samples=samples)),
+                self._traced(prefill, self.graphdef, sampling, self.pad_id, state_sh, samples=samples),
                 in_shardings=(self.param_shardings, matrix, matrix, rows, scalar, scalar),
                 out_shardings=state_sh,
             )
             decode_fn = jax.jit(
-                counted(functools.partial(decode, self.graphdef, sampling, self.pad_id)),
+                self._traced(decode, self.graphdef, sampling, self.pad_id),
                 in_shardings=(self.param_shardings, state_sh, scalar),
                 out_shardings=state_sh,
                 donate_argnums=(1,),
@@ -427,6 +453,17 @@ class Decoder:
             )
             self._programs[signature] = (prefill_fn, decode_fn)
         return self._programs[signature]
+
+    def lower(self, sampling: SamplingParams, rows: int, prompt_length: int, samples: int = 1) -> tuple:
+        """The (prefill, decode) programs of one bucket, lowered (``jax.stages.Lowered``: their HLO,
+        or ``.compile()`` ahead of time)."""
+        prefill_fn, decode_fn = self._compiled(sampling, rows, prompt_length, samples)
+        ids = jax.ShapeDtypeStruct((rows, prompt_length), jnp.int32)
+        flags = jax.ShapeDtypeStruct((rows,), jnp.bool_)
+        stop = jax.ShapeDtypeStruct((self.config.vocab_size,), jnp.bool_)
+        key = jax.eval_shape(lambda: jax.random.key(0))
+        prefill = prefill_fn.lower(self.model_state, ids, ids, flags, stop, key)
+        return prefill, decode_fn.lower(self.model_state, prefill.out_info, stop)
 
     def _stop_table(self, sampling: SamplingParams) -> Array:
         """The device copy of ``stop_table(sampling)``, replicated (built once per stop setting)."""
@@ -458,14 +495,7 @@ class Decoder:
         """
         prompt_ids, prompt_mask = _prompt_arrays(prompt_ids, prompt_mask, samples)
         limit = self.prompt_limit(sampling)
-        longest = int(prompt_mask.sum(1).max())
-        if longest > limit:
-            raise ValueError(
-                f"a prompt has {longest} tokens; at most {limit} fit before {sampling.max_new_tokens} new tokens "
-                f"in the model's n_positions ({self.config.n_positions})"
-            )
-        if prompt_mask[:, -1].min() == 0:
-            raise ValueError("prompts must be left-padded with at least one token each (prompt_mask[:, -1] == 1)")
+        longest = _longest_prompt(prompt_mask, limit, sampling.max_new_tokens, self.config.n_positions)
         bucket = bucket_length(longest, limit, min(self.min_prompt_bucket, limit))
         rows = self.batch_bucket(prompt_ids.shape[0])
         ids, mask, active = _pad_to_buckets(prompt_ids, prompt_mask, rows, bucket, self.pad_id)

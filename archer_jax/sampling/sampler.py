@@ -102,6 +102,7 @@ class Sampler:
       max_prompt_length: prompts are truncated from the left to this many tokens (default: the
         model's ``n_positions`` minus ``max_new_tokens``).
       min_prompt_bucket: the shortest prompt length bucket.
+      matmul_precision: the programs' matmul precision (:mod:`archer_jax.precision`; None: ambient).
 
     The device work is ``self.decoder``'s (:class:`Decoder`): the attributes below read through to it.
     """
@@ -115,6 +116,7 @@ class Sampler:
         rules: shd.Rules = shd.DEFAULT_RULES,
         max_prompt_length: int | None = None,
         min_prompt_bucket: int = 16,
+        matmul_precision: str | None = None,
     ):
         self.tokenizer = tokenizer
         self.decoder = Decoder(
@@ -125,6 +127,7 @@ class Sampler:
             rules=rules,
             max_prompt_length=max_prompt_length,
             min_prompt_bucket=min_prompt_bucket,
+            matmul_precision=matmul_precision,
         )
 
     graphdef = _from_decoder("graphdef")
@@ -139,6 +142,7 @@ class Sampler:
     model_state = _from_decoder("model_state")
     traces = _from_decoder("traces")  # how many times a program was traced (each trace compiles once)
     batch_bucket = _from_decoder("batch_bucket")
+    matmul_precision = _from_decoder("matmul_precision")
     generate_tokens = _from_decoder("generate_tokens")  # token ids in, device arrays of the padded batch out
 
     def prompt_limit(self, sampling: SamplingParams) -> int:

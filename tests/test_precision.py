@@ -1,0 +1,100 @@
+"""The precision policy: config.model.matmul_precision reaches every jitted program, and
+model.dtype "auto" picks bfloat16 on accelerators only."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from archer_jax import acting, precision
+from archer_jax.components import Components
+from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
+from archer_jax.models.tokenizer import Tokens
+from archer_jax.sampling import SamplingParams
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "20q.py"
+
+
+def micro():
+    spec = importlib.util.spec_from_file_location("config_20q", CONFIG)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config("micro")
+
+
+def dot_precisions(lowered) -> list[str]:
+    """The precision of every dot_general in a lowered program (StableHLO text)."""
+    text = lowered.as_text()
+    dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
+    assert dots, "the program has no matrix product"
+    return [re.search(r"precision = \[(\w+), \w+\]", line).group(1) if "precision" in line else "DEFAULT"
+            for line in dots]
+
+
+def token_spec(*shape):
+    spec = jax.ShapeDtypeStruct(shape, jnp.int32)
+    return Tokens(spec, spec)
+
+
+@pytest.fixture(scope="module", params=["high", "highest"])
+def programs(request, tmp_path_factory):
+    """Every program one ArCHer iteration runs, built through the config, lowered."""
+    c = micro()
+    c.model.matmul_precision = request.param
+    run = Components(c, tmp_path_factory.mktemp(f"precision_{request.param}"))
+    try:
+        states = run.init_states()
+        sampling = SamplingParams(**c.sampling)
+        prefill, decode = run.acting.sampler.decoder.lower(sampling, rows=8, prompt_length=16)
+        steps = run.learner.programs()
+        obs, act, scalars = token_spec(1, 8, 16), token_spec(1, 8, 16), jax.ShapeDtypeStruct((1, 8), jnp.float32)
+        lowered = dict(
+            prefill=prefill,
+            decode=decode,
+            critic_step=steps["critic_step"].lower(states.critic, CriticBatch(obs, act, obs, act, scalars, scalars)),
+            actor_step=steps["actor_step"].lower(states.actor, states.critic.params, ActorBatch(obs, act, obs, act)),
+            bc_step=steps["bc_step"].lower(states.actor, BCBatch(obs, act)),
+            chai_scores=acting._q_values.lower(run.learner.critic_graphdef, states.critic.target, token_spec(8, 16),
+                                                token_spec(16, 16), 2, run.acting.sampler.matmul_precision),
+        )
+        yield request.param, lowered
+    finally:
+        run.close()
+
+
+@pytest.mark.parametrize("name", ["prefill", "decode", "critic_step", "actor_step", "bc_step", "chai_scores"])
+def test_the_policy_reaches_every_program(programs, name):
+    setting, lowered = programs
+    assert set(dot_precisions(lowered[name])) == {setting.upper()}
+
+
+def test_without_a_policy_programs_keep_the_ambient_setting():
+    f = jax.jit(precision.traced_with(lambda a, b: a @ b, None))
+    x = jnp.ones((2, 2))
+    assert dot_precisions(f.lower(x, x)) == ["DEFAULT"]
+    with jax.default_matmul_precision("highest"):
+        assert dot_precisions(jax.jit(precision.traced_with(lambda a, b: a @ b, None)).lower(x, x)) == ["HIGHEST"]
+        # An explicit setting wins over the ambient one.
+        assert dot_precisions(jax.jit(precision.traced_with(lambda a, b: a @ b, "high")).lower(x, x)) == ["HIGH"]
+    with pytest.raises(ValueError, match="matmul_precision must be one of default, high, highest, got 'tf32'"):
+        precision.traced_with(lambda: None, "tf32")
+
+
+def test_auto_dtype_is_bfloat16_on_accelerators_only():
+    assert precision.compute_dtype("auto", "cpu") == jnp.float32
+    assert precision.compute_dtype("auto", "gpu") == jnp.bfloat16
+    assert precision.compute_dtype("auto", "tpu") == jnp.bfloat16
+    assert precision.compute_dtype("float32", "tpu") == jnp.float32
+    assert precision.compute_dtype("bfloat16", "cpu") == jnp.bfloat16
+
+
+def test_parity_tests_run_at_highest_and_the_others_at_the_default(request):
+    assert request.node.get_closest_marker("parity") is None
+    assert jax.config.jax_default_matmul_precision is None
+    x = jnp.ones((2, 2))
+    assert dot_precisions(jax.jit(lambda a, b: a @ b).lower(x, x)) == ["DEFAULT"]
