@@ -53,9 +53,16 @@ def traced_with(fn: Callable, matmul_precision: str | None) -> Callable:
     if matmul_precision not in MATMUL_PRECISIONS:
         raise ValueError(f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)}, got {matmul_precision!r}")
 
-    @functools.wraps(fn)
     def traced(*args, **kwargs):
         with jax.default_matmul_precision(matmul_precision):
             return fn(*args, **kwargs)
 
+    traced.__name__ = program_name(fn)
     return traced
+
+
+def program_name(fn: Callable) -> str:
+    """The name of ``fn``, or of the function a ``functools.partial`` binds (as jit names it)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", "program")

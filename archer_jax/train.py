@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -195,11 +196,14 @@ def _record_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
 
 
 def _use_compilation_cache(directory: str) -> None:
-    """Turns on JAX's persistent compilation cache in ``directory`` unless one is already set."""
+    """Turns on JAX's persistent compilation cache in ``directory`` unless one is already set, for
+    every program (JAX keeps only those that took a second or more to compile unless told)."""
     if directory and not jax.config.jax_compilation_cache_dir:
         path = Path(directory).expanduser()
         path.mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", str(path))
+        if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 def timed(fn, *args):

@@ -40,7 +40,7 @@ from archer_jax import sharding as shd
 from archer_jax.models.attention import KVCache
 from archer_jax.models.gpt2.model import GPT2Config, GPT2LMHeadModel, init_cache
 from archer_jax.models.tokenizer import bucket_length, next_power_of_two
-from archer_jax.precision import traced_with
+from archer_jax.precision import program_name, traced_with
 from archer_jax.xla_flags import decode_compiler_options
 
 Array = jax.Array
@@ -427,6 +427,7 @@ class Decoder:
             self.traces += 1  # runs at trace time only
             return program(*args)
 
+        counted.__name__ = program_name(fn)  # what jit and the compile logs call it
         return counted
 
     def _state_shardings(self, batch: int, slots: int) -> DecodeState:
