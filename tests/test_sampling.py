@@ -316,3 +316,17 @@ def test_several_samples_per_prompt_equal_the_prompts_repeated(sampler):
     assert len({tuple(r) for r in fanned.tokens[:3].tolist()}) > 1  # a prompt's samples differ
     with pytest.raises(ValueError, match="samples must be an integer >= 1"):
         sampler.generate(prompts, key, params, samples=0)
+
+
+def test_greedy_and_sampled_calls_share_their_programs(policy):
+    _, model, tokenizer = policy
+    sampler = Sampler(model, tokenizer)
+    sampled = SamplingParams(max_new_tokens=4, temperature=0.7, top_p=0.9)
+    greedy = SamplingParams(max_new_tokens=4, temperature=0.7, top_p=0.9, greedy=True)
+    first = sampler.generate(["Is it a dog?", "Seoul"], jax.random.key(0), greedy)
+    assert sampler.traces == 2  # one prefill, one decode
+    sampler.generate(["Is it a cat?", "Paris"], jax.random.key(1), sampled)
+    assert sampler.traces == 2  # the same two programs
+    again = sampler.generate(["Is it a dog?", "Seoul"], jax.random.key(2), greedy)
+    np.testing.assert_array_equal(first.tokens, again.tokens)  # greedy ignores the key
+    assert (first.sample_logprobs == 0).all()

@@ -99,6 +99,7 @@ class DecodeState(NamedTuple):
     lengths: Array  # [batch]
     done: Array  # [batch]
     uniforms: Array  # [batch, max_new_tokens] float32: row i's draw at step t (unused when greedy)
+    greedy: Array  # () bool: argmax instead of sampling (a run-time flag: one program serves both)
 
 
 _BISECTION_STEPS = 40  # halvings of the logit range: far below float32 spacing
@@ -164,20 +165,28 @@ def sample_categorical(u: Array, logits: Array) -> Array:
     return jnp.minimum(below, last).astype(jnp.int32)
 
 
-def choose_tokens(logits: Array, u: Array, sampling: SamplingParams) -> tuple[Array, Array, Array]:
+def choose_tokens(
+    logits: Array, u: Array, sampling: SamplingParams, greedy: Array | None = None
+) -> tuple[Array, Array, Array]:
     """Picks one token per row of ``logits`` (``[batch, vocab]``) with ``u`` (one uniform per row).
 
-    Returns the tokens, their log-probs under the model (``log_softmax(logits)``), and their
-    log-probs under the sampling distribution (0 for greedy).
+    ``greedy`` (a traced bool), when given, decides at run time between the argmax and a sample
+    from the filtered distribution, so one compiled program serves both; otherwise
+    ``sampling.greedy`` decides. Returns the tokens, their log-probs under the model
+    (``log_softmax(logits)``), and their log-probs under the sampling distribution (0 for greedy).
     """
     model_logprobs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    if sampling.greedy:
-        tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-        sample_lp = jnp.zeros(tokens.shape, jnp.float32)
+    argmax = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    if greedy is None and sampling.greedy:
+        tokens, sample_lp = argmax, jnp.zeros(argmax.shape, jnp.float32)
     else:
         filtered = filter_logits(logits, sampling)
         tokens = sample_categorical(u, filtered)
+        if greedy is not None:
+            tokens = jnp.where(greedy, argmax, tokens)
         sample_lp = jnp.take_along_axis(jax.nn.log_softmax(filtered, axis=-1), tokens[:, None], -1)[:, 0]
+        if greedy is not None:
+            sample_lp = jnp.where(greedy, 0.0, sample_lp)
     model_lp = jnp.take_along_axis(model_logprobs, tokens[:, None], -1)[:, 0]
     return tokens, model_lp, sample_lp
 
@@ -187,7 +196,7 @@ def _record(
 ) -> DecodeState:
     """Samples token ``step`` from ``logits`` for the rows not yet done and updates the state."""
     u = jax.lax.dynamic_index_in_dim(state.uniforms, step, axis=1, keepdims=False)
-    token, lp, slp = choose_tokens(logits, u, sampling)
+    token, lp, slp = choose_tokens(logits, u, sampling, state.greedy)
     live = ~state.done
     token = jnp.where(live, token, pad_id)
     column = lambda a, v: jax.lax.dynamic_update_slice_in_dim(a, v[:, None].astype(a.dtype), step, axis=1)  # noqa: E731
@@ -212,10 +221,12 @@ def prefill(
     active: Array,
     stop_table: Array,
     key: Array,
+    greedy: Array,
     samples: int = 1,
 ) -> DecodeState:
     """Runs the prompt through the model into a fresh KV cache and samples the first token.
 
+    ``greedy`` (a bool scalar) picks argmax tokens instead of samples in the same program.
     With ``samples > 1`` the prompts are run once and their cache, mask and last logits are
     repeated ``samples`` times (prompt-major rows), so k samples per prompt cost one prefill.
     """
@@ -242,7 +253,8 @@ def prefill(
         sample_logprobs=jnp.zeros((batch, new), jnp.float32),
         lengths=jnp.zeros((batch,), jnp.int32),
         done=~active.astype(bool),
-        uniforms=jnp.zeros((batch, new), jnp.float32) if sampling.greedy else row_uniforms(key, batch, new),
+        uniforms=row_uniforms(key, batch, new),
+        greedy=jnp.asarray(greedy, bool),
     )
     return _record(state, state.step, logits, stop_table, pad_id, sampling)
 
@@ -299,6 +311,7 @@ def decode_state_shardings(mesh: Mesh, rules: shd.Rules, config: GPT2Config, bat
         lengths=rows,
         done=rows,
         uniforms=matrix,
+        greedy=scalar,
     )
 
 
@@ -434,7 +447,9 @@ class Decoder:
         return decode_state_shardings(self.mesh, self.rules, self.config, batch, slots)
 
     def _compiled(self, sampling: SamplingParams, batch: int, prompt_length: int, samples: int = 1):
-        """The jitted (prefill, decode) pair for one sampling setting, shape bucket and fan-out."""
+        """The jitted (prefill, decode) pair for one sampling setting, shape bucket and fan-out.
+        Greedy and sampled calls share it (``greedy`` is an argument of the programs)."""
+        sampling = dataclasses.replace(sampling, greedy=False)
         signature = (sampling, batch, prompt_length, samples)
         if signature not in self._programs:
             state_sh = self._state_shardings(batch * samples, prompt_length + sampling.max_new_tokens)
@@ -442,7 +457,7 @@ class Decoder:
 
             prefill_fn = jax.jit(
                 self._traced(prefill, self.graphdef, sampling, self.pad_id, state_sh, samples=samples),
-                in_shardings=(self.param_shardings, matrix, matrix, rows, scalar, scalar),
+                in_shardings=(self.param_shardings, matrix, matrix, rows, scalar, scalar, scalar),
                 out_shardings=state_sh,
             )
             decode_fn = jax.jit(
@@ -463,7 +478,7 @@ class Decoder:
         flags = jax.ShapeDtypeStruct((rows,), jnp.bool_)
         stop = jax.ShapeDtypeStruct((self.config.vocab_size,), jnp.bool_)
         key = jax.eval_shape(lambda: jax.random.key(0))
-        prefill = prefill_fn.lower(self.model_state, ids, ids, flags, stop, key)
+        prefill = prefill_fn.lower(self.model_state, ids, ids, flags, stop, key, jax.ShapeDtypeStruct((), jnp.bool_))
         return prefill, decode_fn.lower(self.model_state, prefill.out_info, stop)
 
     def _stop_table(self, sampling: SamplingParams) -> Array:
@@ -504,6 +519,6 @@ class Decoder:
         prefill_fn, decode_fn = self._compiled(sampling, rows, bucket, samples)
         model_state = self.model_state if model_state is None else jax.device_put(model_state, self.param_shardings)
         stop_table = self._stop_table(sampling)
-        state = prefill_fn(model_state, ids, mask, active, stop_table, key)
+        state = prefill_fn(model_state, ids, mask, active, stop_table, key, np.asarray(sampling.greedy))
         state = decode_fn(model_state, state, stop_table)
         return SampledTokens(state.tokens, state.lengths, state.logprobs, state.sample_logprobs)
