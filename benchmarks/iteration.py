@@ -16,10 +16,12 @@ sides alike; each round's full-iteration ratio is kept in the JSON). The table g
 size, rollout tokens/s, the critic step, the actor step and the full iteration, and the ratio
 (reference time / ours). With a known peak (GPU/TPU table in common.py, or ``--peak-flops``) it
 adds the MFU of our critic and actor programs and, with a known bandwidth, the decode step's
-fraction of the memory-bandwidth roofline.
+fraction of the memory-bandwidth roofline; every size reports its compile time, peak device
+memory (where the device reports it) and the hours ``--iterations`` such iterations would take.
 
     python benchmarks/iteration.py                      # tiny and base, CPU: a few minutes
     python benchmarks/iteration.py --sizes tiny --profile /tmp/trace
+    python benchmarks/iteration.py --workload paper --dtype bfloat16 --tag gpu_h100   # on an accelerator
 Prints the table; writes benchmarks/results/iteration_<backend>.json.
 """
 
@@ -186,6 +188,10 @@ def ours_summary(ours: JaxArcher, data: Data, runs: list[dict], warm_s: float, a
     w = ours.w
     result = _median(runs)
     result["compile_s"] = warm_s - result["iteration_s"]
+    result["projected_run_hours"] = result["iteration_s"] * args.iterations / 3600  # --iterations of this workload
+    stats = jax.devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:  # accelerators; CPUs report none
+        result["peak_memory_gib"] = stats["peak_bytes_in_use"] / 2**30
     flops, peak = step_flops(w), peak_flops(jax.devices()[0], args.dtype, args.peak_flops)
     result.update(critic_program_tflops=flops["critic"] / result["critic_program_s"] / 1e12,
                   actor_program_tflops=flops["actor"] / result["actor_program_s"] / 1e12)
@@ -254,7 +260,9 @@ def ratio_rows(size: str, ours: dict, ref: dict) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", choices=("tiny", "base"), default=["tiny", "base"])
+    parser.add_argument("--sizes", "--workload", dest="sizes", nargs="+", choices=("tiny", "base", "paper"),
+                        default=["tiny", "base"], help="workloads (benchmarks/workload.py); paper: an accelerator's")
+    parser.add_argument("--iterations", type=int, default=2000, help="for the projected hours of a whole run")
     parser.add_argument("--base-micro-batches", type=int, default=4)
     parser.add_argument("--base-turns", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1,

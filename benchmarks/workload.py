@@ -71,7 +71,11 @@ def workloads(base_micro_batches: int = 4, base_turns: int = 2) -> dict[str, Wor
     """``tiny``: the embedded preset's iteration (configs/20q.py:tiny) at its own counts.
     ``base``: GPT-2-124M + RoBERTa-base with the official batch layout (micro-batches of 8) at
     reduced counts (``base_micro_batches`` micro-batches, one critic and one actor step,
-    ``base_turns`` rollout turns), so that a CPU finishes in minutes."""
+    ``base_turns`` rollout turns), so that a CPU finishes in minutes.
+    ``paper``: what configs/20q.py (the official archer_20q.yaml) does per iteration: rollouts of
+    128 dialogues over up to 20 turns (prompts from 8 tokens, 12 more per turn: a question and its
+    answer), 50 critic steps and 3 actor steps of 32 x 8 transitions with 128-token observations.
+    An accelerator's workload: hours per iteration on a CPU."""
     return dict(
         tiny=Workload(
             name="tiny", policy=tiny.tiny_config("gpt2", TINY_VOCAB), critic=tiny.tiny_config("roberta", TINY_VOCAB),
@@ -83,6 +87,11 @@ def workloads(base_micro_batches: int = 4, base_turns: int = 2) -> dict[str, Wor
             name="base", policy=models.GPT2Config(), critic=models.RobertaConfig(), rollout_batch=32,
             turns=base_turns, first_prompt=64, turn_growth=64, new_tokens=32, batch=8,
             micro_batches=base_micro_batches, critic_epochs=1, actor_epochs=1, observation=128,
+        ),
+        paper=Workload(
+            name="paper", policy=models.GPT2Config(), critic=models.RobertaConfig(), rollout_batch=128, turns=20,
+            first_prompt=8, turn_growth=12, new_tokens=32, batch=8, micro_batches=32, critic_epochs=50,
+            actor_epochs=3, observation=128,
         ),
     )
 
