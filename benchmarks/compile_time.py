@@ -33,7 +33,6 @@ def child(config_arg: str, workdir: str, cache_dir: str) -> dict:
 
     xla_flags.set_default_flags()
     import jax
-    from ml_collections import config_flags  # noqa: F401  (the config file imports ml_collections)
 
     events: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     seconds: dict[str, float] = collections.defaultdict(float)
