@@ -23,8 +23,15 @@ from archer_jax.learners.batches import ActorBatch, CriticBatch
 from archer_jax.learners.estimators import advantage, td_targets
 from archer_jax.learners.optimization import accumulate_gradients, adam_update, keep_if_finite, polyak, summarize
 from archer_jax.learners.train_state import TrainState
+from archer_jax.models.tokenizer import Tokens
 
 Array = jax.Array
+
+
+def _embed_both(critic, first: Tokens, second: Tokens) -> tuple[Array, Array]:
+    """The critic's embeddings of two token batches of one length bucket, in one encoder pass."""
+    both = Tokens(jnp.concatenate([first.ids, second.ids]), jnp.concatenate([first.mask, second.mask]))
+    return jnp.split(critic.embed(both), 2)
 
 
 def critic_step(
@@ -35,9 +42,9 @@ def critic_step(
 
     def loss_fn(params: nnx.State, b: CriticBatch):
         online = nnx.merge(graphdef, params)(b.observation, b.action)  # Q_i(s, a), V_i(s)
-        next_v = target.v_values(target.embed(b.next_observation))  # V̄_i(s')
-        q_targets = td_targets(b.reward, b.terminal, *next_v, gamma)
-        v_targets = target.q_values(target.embed(b.observation), target.embed(b.pi_action))  # Q̄_i(s, a_π)
+        e_s, e_next = _embed_both(target, b.observation, b.next_observation)  # ē(s), ē(s'): one encoder pass
+        q_targets = td_targets(b.reward, b.terminal, *target.v_values(e_next), gamma)  # r + γ(1-done) V̄_i(s')
+        v_targets = target.q_values(e_s, target.embed(b.pi_action))  # Q̄_i(s, a_π)
         return losses.critic_loss(online, q_targets, v_targets)
 
     grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch)
