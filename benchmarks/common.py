@@ -115,6 +115,18 @@ def write_result(name: str, config: dict, rows: Sequence[dict], out: Path = RESU
     """Writes ``{out}/{name}.json`` with the machine, the configuration, the rows and ``extra``."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.json"
-    result = dict(benchmark=name, machine=machine(), config=config, rows=list(rows), **(extra or {}))
+    result = dict(benchmark=name, machine=machine(), config=_portable(config), rows=list(rows), **(extra or {}))
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path
+
+
+def _portable(config: dict) -> dict:
+    """``config`` with absolute paths made relative to the repository (results name no machine's paths)."""
+    root = Path(__file__).resolve().parents[1]
+
+    def relative(value):
+        if isinstance(value, (str, Path)) and os.path.isabs(str(value)):
+            return os.path.relpath(str(value), root) if str(value).startswith(str(root)) else Path(value).name
+        return value
+
+    return {k: relative(v) for k, v in config.items()}
