@@ -115,12 +115,12 @@ def write_result(name: str, config: dict, rows: Sequence[dict], out: Path = RESU
     """Writes ``{out}/{name}.json`` with the machine, the configuration, the rows and ``extra``."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.json"
-    result = dict(benchmark=name, machine=machine(), config=_portable(config), rows=list(rows), **(extra or {}))
+    result = dict(benchmark=name, machine=machine(), config=portable(config), rows=list(rows), **(extra or {}))
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path
 
 
-def _portable(config: dict) -> dict:
+def portable(config: dict) -> dict:
     """``config`` with absolute paths made relative to the repository (results name no machine's paths)."""
     root = Path(__file__).resolve().parents[1]
 

@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import RESULTS, machine
+from common import RESULTS, machine, portable
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENTS = ("archer", "filtered_bc", "chai")
@@ -150,8 +150,8 @@ def main() -> None:
     plot(curve, args.out / "learning.png", title)
     text = table(rows)
     (args.out / "learning.md").write_text(text + "\n")
-    result = dict(benchmark="learning", machine=machine(), config=dict(vars(args), workdir=str(args.workdir),
-                  out=str(args.out)), seconds=previous.get("seconds") if args.report_only else time.perf_counter() - start,
+    result = dict(benchmark="learning", machine=machine(), config=portable(dict(vars(args), workdir=str(args.workdir),
+                  out=str(args.out))), seconds=previous.get("seconds") if args.report_only else time.perf_counter() - start,
                   rows=rows, curves=curve,
                   runs=[{k: s[k] for k in ("agent", "env_samples", "episodes", "evals", "sft", "wall_time_s",
                                            "benchmark_wall_s")} | dict(seed=s["config"]["seed"]) for s in summaries])
