@@ -58,7 +58,8 @@ def test_every_config_file_has_exactly_the_base_keys_and_validates(name, tmp_pat
 def test_env_specific_settings_follow_the_official_code():
     assert (load("city.py").get_config().learner.actor_lr, load("city.py").get_config().warmup_iter) == (1e-5, 10)
     detective = load("detective.py").get_config()
-    assert (detective.env.name, detective.env.max_turns, detective.warmup_iter, detective.learner.actor_lr) == ("detective", 50, 10, 1e-5)
+    assert (detective.env.name, detective.env.max_turns, detective.warmup_iter, detective.learner.actor_lr) == (
+        "detective", 50, 10, 1e-5)
     webshop = load("webshop.py").get_config()
     assert (webshop.env.name, webshop.env.max_turns, webshop.rollout_size) == ("webshop", 10, 512)
     assert load("20q_subset.py").get_config().env.name == "twenty_questions_subset"

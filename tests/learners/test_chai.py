@@ -20,8 +20,9 @@ def sampler(tiny_dirs, tokenizers):
 def test_actor_batch_from_the_sampler_reproduces_its_logprobs(tiny_dirs, tokenizers, sampler):
     """The actor scores exactly what was sampled: packed log-probs == the sampler's (< 1e-4)."""
     observations = OBSERVATIONS * 2
+    limit = sampler.prompt_limit(SamplingParams(max_new_tokens=8))
     batch, generation = acting.sampled_actor_batch(
-        sampler, tokenizers[1], token_rows(tokenizers[0], observations, max_length=sampler.prompt_limit(SamplingParams(max_new_tokens=8))),
+        sampler, tokenizers[1], token_rows(tokenizers[0], observations, max_length=limit),
         token_rows(tokenizers[1], observations, max_length=512), jax.random.key(0), SamplingParams(max_new_tokens=8),
         micro_batch_count=2,
     )
