@@ -34,6 +34,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from archer_jax import agents, report, rollout, sft
+from archer_jax.agents.agent import timed
 from archer_jax.agents.rollouts import collect, evaluate, store
 from archer_jax.checkpoint import Checkpoints
 from archer_jax.components import Components
@@ -59,8 +60,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     workdir.mkdir(parents=True, exist_ok=True)
     _record_config(config, workdir)
     c, started = config, time.time()
-    agent = agents.get(c.agent)
     run = Components(c, workdir)
+    agent = run.agent
     checkpoints = Checkpoints(workdir / "checkpoints", keep=c.keep_checkpoints)
     writers = report.Writers(workdir, use_wandb=c.use_wandb, wandb_project=c.wandb_project, config=c.to_dict())
     loop = None
@@ -204,13 +205,6 @@ def _use_compilation_cache(directory: str) -> None:
         jax.config.update("jax_compilation_cache_dir", str(path))
         if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-
-
-def timed(fn, *args):
-    """``(fn(*args), seconds)``."""
-    start = time.perf_counter()
-    out = fn(*args)
-    return out, time.perf_counter() - start
 
 
 def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: LoopState, resumed_at: int) -> dict[str, Any]:

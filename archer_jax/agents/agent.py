@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,13 @@ class Agent:
     act: Act
     learn: Learn
     needs_critic: bool = True
+
+
+def timed(fn, *args):
+    """``(fn(*args), seconds)``: how the loop and the agents time their phases."""
+    start = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - start
 
 
 def sample_actions(run: Components, states: States, observations: Sequence[str], key: jax.Array, greedy: bool) -> list[str]:

@@ -9,11 +9,10 @@ The steps themselves are :mod:`archer_jax.learners.archer`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from archer_jax.agents.agent import ACTOR, CRITIC, Agent, sample_actions
+from archer_jax.agents.agent import ACTOR, CRITIC, Agent, sample_actions, timed
 from archer_jax.learners.batches import critic_batch
 from archer_jax.learners.train_state import States
 from archer_jax.replay import ReplayBuffer
@@ -61,14 +60,11 @@ def actor_updates(run: Components, states: States, replay: ReplayBuffer, iterati
 
 def learn(run: Components, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
     """The critic every iteration; the actor too once ``warmup_iter`` iterations are done."""
-    start = time.perf_counter()
-    states = critic_updates(run, states, replay, iteration, policy_pi_actions)
-    seconds = {"critic": time.perf_counter() - start, "actor": 0.0}
+    states, critic_s = timed(critic_updates, run, states, replay, iteration, policy_pi_actions)
+    actor_s = 0.0
     if iteration > run.config.warmup_iter:
-        start = time.perf_counter()
-        states = actor_updates(run, states, replay, iteration)
-        seconds["actor"] = time.perf_counter() - start
-    return states, seconds
+        states, actor_s = timed(actor_updates, run, states, replay, iteration)
+    return states, {"critic": critic_s, "actor": actor_s}
 
 
 AGENT = Agent("archer", act=sample_actions, learn=learn)

@@ -7,13 +7,12 @@ Learning: ArCHer's critic steps, whose ``a_π`` is CHAI's own choice. The policy
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import jax
 
-from archer_jax.agents.agent import Agent
+from archer_jax.agents.agent import Agent, timed
 from archer_jax.agents.archer import critic_updates
 from archer_jax.learners.train_state import States
 from archer_jax.replay import ReplayBuffer
@@ -34,9 +33,8 @@ def chai_pi_actions(run: Components, states: States, sample: dict, key: jax.Arra
 
 def learn(run: Components, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
     """``critic_steps`` critic steps; the policy is frozen."""
-    start = time.perf_counter()
-    states = critic_updates(run, states, replay, iteration, chai_pi_actions)
-    return states, {"critic": time.perf_counter() - start, "actor": 0.0}
+    states, seconds = timed(critic_updates, run, states, replay, iteration, chai_pi_actions)
+    return states, {"critic": seconds, "actor": 0.0}
 
 
 AGENT = Agent("chai", act=chai_actions, learn=learn)

@@ -7,12 +7,11 @@ behaviour-cloning steps on uniform batches of their transitions. No critic.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from archer_jax.agents.agent import Agent, sample_actions
+from archer_jax.agents.agent import Agent, sample_actions, timed
 from archer_jax.learners.batches import bc_batch
 from archer_jax.learners.selection import filtered_bc_mask
 from archer_jax.learners.train_state import States
@@ -24,7 +23,12 @@ if TYPE_CHECKING:
 
 def learn(run: Components, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
     """``bc_steps`` BC steps on the transitions of the best trajectories in the buffer."""
-    start = time.perf_counter()
+    states, seconds = timed(bc_updates, run, states, replay)
+    return states, {"critic": 0.0, "actor": seconds}
+
+
+def bc_updates(run: Components, states: States, replay: ReplayBuffer) -> States:
+    """The BC steps of one iteration (see :func:`learn`)."""
     c, pipeline = run.config, run.pipeline
     episode = replay.columns["episode"][: len(replay)]
     returns = replay.columns["episode_return"][: len(replay)]
@@ -41,7 +45,7 @@ def learn(run: Components, states: States, replay: ReplayBuffer, iteration: int)
         )
         actor, metrics = run.learner.bc_step(actor, batch)
         run.watchdog.add("bc", metrics)
-    return States(actor, states.critic), {"critic": 0.0, "actor": time.perf_counter() - start}
+    return States(actor, states.critic)
 
 
 AGENT = Agent("filtered_bc", act=sample_actions, learn=learn, needs_critic=False)
