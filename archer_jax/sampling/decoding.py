@@ -182,11 +182,9 @@ def choose_tokens(
     else:
         filtered = filter_logits(logits, sampling)
         tokens = sample_categorical(u, filtered)
-        if greedy is not None:
-            tokens = jnp.where(greedy, argmax, tokens)
         sample_lp = jnp.take_along_axis(jax.nn.log_softmax(filtered, axis=-1), tokens[:, None], -1)[:, 0]
-        if greedy is not None:
-            sample_lp = jnp.where(greedy, 0.0, sample_lp)
+        if greedy is not None:  # argmax rows have no sampling distribution: log-prob 0
+            tokens, sample_lp = jnp.where(greedy, argmax, tokens), jnp.where(greedy, 0.0, sample_lp)
     model_lp = jnp.take_along_axis(model_logprobs, tokens[:, None], -1)[:, 0]
     return tokens, model_lp, sample_lp
 
