@@ -3,9 +3,7 @@ model.dtype "auto" picks bfloat16 on accelerators only."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,15 +14,7 @@ from archer_jax.components import Components
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.models.tokenizer import Tokens
 from archer_jax.sampling import SamplingParams
-
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "20q.py"
-
-
-def micro():
-    spec = importlib.util.spec_from_file_location("config_20q", CONFIG)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config("micro")
+from tests.train.test_train_app import micro
 
 
 def dot_precisions(lowered) -> list[str]:
