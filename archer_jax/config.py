@@ -33,11 +33,11 @@ from archer_jax.envs import registry as envs
 from archer_jax.envs.experts import EXPERTS
 from archer_jax.errors import ConfigError
 from archer_jax.learners import registry as actor_losses
+from archer_jax.learners.critic import EMBEDDINGS
 from archer_jax.models import hub
 from archer_jax.models.tiny import TINY_PREFIX
 from archer_jax.precision import DTYPES, MATMUL_PRECISIONS
 
-EMBEDDINGS = ("pooler", "first_token")
 FREE_FORM = ("env.options",)  # keyword arguments for the env: checked by the env's registry entry
 
 # Keys of archer_jax 0.1 (a flat config) and where they are now.
