@@ -3,7 +3,7 @@
     acting = Acting(sampler, pipeline, sampling=SamplingParams(...), critic_graphdef=graphdef)
     acting.sample(policy_params, observations, key)             # a ~ π(·|s), or greedy
     acting.pi_actions(policy_params, replay_rows, key)          # fresh a_π for the critic's V-target
-    acting.actor_batch(policy_params, sample, key, micro_batch_count=...)   # a_π with its tokens
+    acting.actor_batch(policy_params, sample, key)   # a_π with its tokens
     acting.chai(policy_params, target_params, observations, key)           # CHAI's choice
 
 Every call takes the parameters to act with (the policy's, and the target critic's for CHAI), so
@@ -96,7 +96,6 @@ def sampled_actor_batch(
     key: jax.Array,
     sampling: SamplingParams,
     *,
-    micro_batch_count: int,
     model_state: nnx.State | None = None,
     max_length: int = 512,
 ) -> tuple[ActorBatch, Generation]:
@@ -114,7 +113,6 @@ def sampled_actor_batch(
         critic_tokenizer,
         critic_observations,
         token_rows(critic_tokenizer, generation.texts, max_length=max_length),
-        micro_batch_count=micro_batch_count,
         max_length=max_length,
     )
     return batch, generation
@@ -155,11 +153,11 @@ class Acting:
             self.sampling, k=self.chai_samples, model_state=policy, max_length=self.pipeline.max_critic_length,
         )
 
-    def actor_batch(self, policy: nnx.State, sample: dict, key: jax.Array, *, micro_batch_count: int) -> ActorBatch:
+    def actor_batch(self, policy: nnx.State, sample: dict, key: jax.Array) -> ActorBatch:
         """The actor batch of a replay sample with a fresh ``a_π`` for each observation."""
         batch, _ = sampled_actor_batch(
             self.sampler, self.pipeline.critic_tokenizer, sample["policy_observation"], sample["critic_observation"],
-            key, self.sampling, micro_batch_count=micro_batch_count, model_state=policy,
+            key, self.sampling, model_state=policy,
             max_length=self.pipeline.max_critic_length,
         )
         return batch

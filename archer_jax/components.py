@@ -46,7 +46,7 @@ class Components:
 
         policy_dir = model_directory(c.model.policy, "gpt2", self.workdir)
         policy_tokenizer = load_tokenizer(policy_dir)
-        policy = load_gpt2(policy_dir, dtype=dtype)
+        policy = load_gpt2(policy_dir, dtype=dtype, remat=c.model.remat)
         room = policy.config.n_positions - c.sampling.max_new_tokens
         sampler = Sampler(policy, policy_tokenizer, mesh=self.mesh, max_prompt_length=min(c.model.max_prompt_length, room),
                           matmul_precision=precision)
@@ -57,7 +57,7 @@ class Components:
         if self.agent.needs_critic:
             critic_dir = model_directory(c.model.critic, "roberta", self.workdir)
             critic_tokenizer = load_tokenizer(critic_dir)
-            encoder = load_roberta(critic_dir, dtype=dtype, seed=c.seed)
+            encoder = load_roberta(critic_dir, dtype=dtype, remat=c.model.remat, seed=c.seed)
             critic = DoubleCritic(encoder, embedding=c.model.critic_embedding, rngs=nnx.Rngs(c.seed))
             max_critic_length = min(max_critic_length, encoder.config.max_position_embeddings - 2)
         self.learner = Learner(self.actor_module, critic, LearnerConfig(**c.learner), mesh=self.mesh, matmul_precision=precision)
@@ -84,7 +84,8 @@ class Components:
     def sft_learner(self) -> Learner:
         """A learner whose actor optimizer runs at ``config.sft.lr`` (for the warm start)."""
         c = self.config
-        config = LearnerConfig(actor_lr=c.sft.lr, max_grad_norm=c.learner.max_grad_norm, actor_loss=c.learner.actor_loss)
+        config = LearnerConfig(actor_lr=c.sft.lr, max_grad_norm=c.learner.max_grad_norm, actor_loss=c.learner.actor_loss,
+                               micro_batch_size=c.learner.micro_batch_size)
         return Learner(self.actor_module, None, config, mesh=self.mesh, matmul_precision=self.config.model.matmul_precision)
 
     def policy(self, states: States):

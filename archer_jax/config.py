@@ -34,7 +34,9 @@ from archer_jax.envs.experts import EXPERTS
 from archer_jax.errors import ConfigError
 from archer_jax.learners import registry as actor_losses
 from archer_jax.learners.critic import EMBEDDINGS
+from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
 from archer_jax.models import hub
+from archer_jax.models.layers import REMAT_POLICIES
 from archer_jax.models.tiny import TINY_PREFIX
 from archer_jax.precision import DTYPES, MATMUL_PRECISIONS
 
@@ -66,8 +68,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.rollout_size = 128  # dialogues collected per iteration
     c.eval_size = 32  # greedy dialogues per evaluation
     c.capacity = 100_000  # replay buffer transitions
-    c.batch_size = 8  # transitions per micro-batch
-    c.grad_accum_steps = 32  # micro-batches averaged per optimizer step
+    # An optimizer step takes batch_size x grad_accum_steps transitions (the official code's two
+    # keys, 8 x 32); the learner cuts them into micro-batches by memory: learner.micro_batch_size.
+    c.batch_size = 8
+    c.grad_accum_steps = 32
     c.critic_steps = 50  # critic optimizer steps per iteration
     c.actor_steps = 3  # actor optimizer steps per iteration, after warmup_iter
     c.bc_steps = 50  # filtered BC: optimizer steps per iteration
@@ -92,6 +96,9 @@ def base_config() -> ml_collections.ConfigDict:
         critic_embedding="pooler",  # pooler | first_token
         dtype="auto",  # compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32 | bfloat16
         matmul_precision="default",  # float32 matmuls: default | high | highest (archer_jax/precision.py)
+        # Activation checkpointing in training passes, per transformer block: none | dots (keep the
+        # matmul outputs, recompute the rest) | full (keep each block's input only).
+        remat="none",
         max_prompt_length=512,  # policy prompt tokens (left-truncated)
         max_critic_length=512,  # critic tokens per text (left-truncated)
     ))
@@ -106,6 +113,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.learner = ml_collections.ConfigDict(dict(
         gamma=0.95, tau=0.1, critic_lr=2e-5, actor_lr=1e-6, max_grad_norm=1.0,
         actor_loss="actor_pg",  # a name in archer_jax.learners.registry
+        # Transitions per scanned micro-batch of a step: "auto" (the largest that fits the device,
+        # from the compiled step's memory analysis) or a number that cuts every step's batch evenly
+        # (8 = the official layout). Only memory and speed depend on it, not the update.
+        micro_batch_size=ml_collections.FieldReference(AUTO, field_type=object),
     ))
     c.sft = ml_collections.ConfigDict(dict(
         steps=0,  # 0 = no warm start
@@ -134,6 +145,8 @@ def _flatten(c: ml_collections.ConfigDict, prefix: str = "") -> dict:
 
 
 def _type_ok(value, default) -> bool:
+    if default == AUTO:  # "auto" or a number
+        return isinstance(value, (str, int)) and not isinstance(value, bool)
     if isinstance(default, bool):
         return isinstance(value, bool)
     if isinstance(default, int):
@@ -186,6 +199,21 @@ def _check_keys(config: ml_collections.ConfigDict) -> dict:
     return given
 
 
+def _check_micro_batch_size(c: ml_collections.ConfigDict) -> None:
+    """``learner.micro_batch_size``: "auto", or a number that cuts the step batches evenly."""
+    key = "config.learner.micro_batch_size"
+    try:
+        size = parse_micro_batch_size(c.learner.micro_batch_size)
+    except ValueError:
+        raise ConfigError(f"{key}: must be 'auto' or a positive integer, got {c.learner.micro_batch_size!r}") from None
+    batches = {"batch_size x grad_accum_steps": c.batch_size * c.grad_accum_steps}
+    if c.sft.steps:
+        batches["sft.batch_size"] = c.sft.batch_size
+    for name, batch in batches.items():
+        if size is not None and batch % min(size, batch):
+            raise ConfigError(f"{key}: {size} does not cut the step batch of {batch} transitions ({name}) evenly")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises :class:`ConfigError` (one line, naming the key) unless ``config`` can be trained."""
     given = _check_keys(config)
@@ -206,6 +234,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     choice("model.critic_embedding", EMBEDDINGS)
     choice("model.dtype", DTYPES)
     choice("model.matmul_precision", MATMUL_PRECISIONS)
+    choice("model.remat", tuple(REMAT_POLICIES))
     envs.check(c.env.name)
     positive("iterations", "rollout_size", "eval_size", "capacity", "batch_size", "grad_accum_steps", "chai_samples",
              "keep_checkpoints", "max_nonfinite_steps", "sampling.max_new_tokens", "sampling.temperature",
@@ -213,6 +242,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
              "learner.critic_lr", "learner.actor_lr", "sft.lr", "sft.batch_size", "sft.dialogues")
     positive("critic_steps", "actor_steps", "bc_steps", "warmup_iter", "eval_freq", "save_freq", "sampling.top_k",
              "env.workers", "sft.steps", zero=True)
+    _check_micro_batch_size(c)
     for key in ("learner.gamma", "learner.tau", "filtered_bc_fraction", "sampling.top_p"):
         if not 0 <= given[key] <= 1:
             raise ConfigError(f"config.{key}: must be in [0, 1], got {given[key]}")

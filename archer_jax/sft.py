@@ -111,7 +111,6 @@ def train(
             pipeline.policy_tokenizer,
             [obs_rows[i] for i in index],
             [act_rows[i] for i in index],
-            micro_batch_count=1,
             max_length=pipeline.max_prompt_length,
             max_action_length=pipeline.max_action_length,
         )

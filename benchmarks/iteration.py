@@ -5,7 +5,7 @@ inputs; random weights, nothing downloaded):
 
   * ours: :class:`archer_jax.sampling.Sampler` for rollouts and for each step's ``a_π`` (one
     call for all of a step's transitions) and :class:`archer_jax.learners.Learner`'s jitted critic
-    and actor steps (micro-batches in one program);
+    and actor steps (micro-batches by memory, or ``--micro-batch-size``, in one program);
   * reference: :mod:`reference_torch`, the official code's structure (HF ``generate`` per turn and
     per micro-batch, eager forward/backward per micro-batch, ``torch.optim.Adam``).
 
@@ -45,22 +45,21 @@ from common import RESULTS, decode_floor_s, machine, peak_bandwidth, peak_flops,
 from workload import Data, Workload, make_data, phase_times, step_flops, to_critic_ids, workloads
 
 
-def _tokens(ids: np.ndarray, micro_batches: int) -> learners.Tokens:
-    ids = ids.reshape(micro_batches, -1, *ids.shape[1:])
+def _tokens(ids: np.ndarray) -> learners.Tokens:
     return learners.Tokens(ids, np.ones_like(ids))
 
 
 class JaxArcher:
     """Our side: policy, critic, sampler and learner at the workload's sizes."""
 
-    def __init__(self, w: Workload, tokenizer, dtype=jnp.float32, seed: int = 0):
+    def __init__(self, w: Workload, tokenizer, dtype=jnp.float32, seed: int = 0, micro_batch_size: int | str = "auto"):
         self.w = w
         kw = dict(dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(seed))
         policy = models.GPT2LMHeadModel(w.policy, **kw)
         critic = learners.DoubleCritic(models.RobertaModel(w.critic, **kw), **kw)
         mesh = sharding.make_mesh()
         config = learners.LearnerConfig(gamma=w.gamma, tau=w.tau, critic_lr=w.critic_lr, actor_lr=w.lm_lr,
-                                        max_grad_norm=w.max_grad_norm)
+                                        max_grad_norm=w.max_grad_norm, micro_batch_size=micro_batch_size)
         self.learner = learners.Learner(learners.Actor(policy), critic, config, mesh=mesh)
         self.sampler = Sampler(policy, tokenizer, mesh=mesh)
         self.params = SamplingParams(max_new_tokens=w.new_tokens, temperature=w.temperature, top_p=w.top_p,
@@ -93,19 +92,16 @@ class JaxArcher:
 
     def critic_batch(self, sample: dict[str, np.ndarray], pi: np.ndarray) -> learners.CriticBatch:
         """A critic step's batch from a workload sample and its sampled ``a_π`` ids."""
-        mb = self.w.micro_batches
         return learners.CriticBatch(
-            _tokens(sample["observation"], mb), _tokens(sample["action"], mb), _tokens(sample["next_observation"], mb),
-            _tokens(to_critic_ids(pi, self.w.critic.vocab_size), mb),
-            sample["reward"].reshape(mb, -1), sample["terminal"].reshape(mb, -1),
+            _tokens(sample["observation"]), _tokens(sample["action"]), _tokens(sample["next_observation"]),
+            _tokens(to_critic_ids(pi, self.w.critic.vocab_size)), sample["reward"], sample["terminal"],
         )
 
     def actor_batch(self, sample: dict[str, np.ndarray], pi: np.ndarray) -> learners.ActorBatch:
         """An actor step's batch from a workload sample and its sampled ``a_π`` ids."""
-        mb = self.w.micro_batches
         return learners.ActorBatch(
-            _tokens(sample["policy_observation"], mb), _tokens(pi, mb), _tokens(sample["observation"], mb),
-            _tokens(to_critic_ids(pi, self.w.critic.vocab_size), mb),
+            _tokens(sample["policy_observation"]), _tokens(pi), _tokens(sample["observation"]),
+            _tokens(to_critic_ids(pi, self.w.critic.vocab_size)),
         )
 
     def critic_step(self, sample: dict[str, np.ndarray]) -> None:
@@ -213,7 +209,7 @@ def bench(w: Workload, data: Data, tokenizer, args) -> tuple[dict, dict | None]:
     """Both sides on one workload: each warmed up, then ``repeats`` rounds of one iteration of
     ours followed by one of the reference, so that a machine whose speed drifts (a shared VM)
     slows both alike. Returns (ours, reference) medians; reference None with ``--no-reference``."""
-    ours = JaxArcher(w, tokenizer, jnp.dtype(args.dtype))
+    ours = JaxArcher(w, tokenizer, jnp.dtype(args.dtype), micro_batch_size=args.micro_batch_size)
     start = time.perf_counter()
     ours.iteration(data)  # compiles every program
     warm_s = time.perf_counter() - start
@@ -237,6 +233,8 @@ def bench(w: Workload, data: Data, tokenizer, args) -> tuple[dict, dict | None]:
         if agent is not None:
             ref_runs.append(reference_torch.run_iteration(agent, data))
     result = ours_summary(ours, data, ours_runs, warm_s, args)
+    result["micro_batch_size"] = {name: sorted({x.size for x in program.layouts.values()})
+                                  for name, program in ours.learner.programs().items() if program.layouts}
     if agent is None:
         return result, None
     reference = _median(ref_runs)
@@ -265,6 +263,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=2000, help="for the projected hours of a whole run")
     parser.add_argument("--base-micro-batches", type=int, default=4)
     parser.add_argument("--base-turns", type=int, default=2)
+    parser.add_argument("--micro-batch-size", default="auto",
+                        help="ours: transitions per micro-batch, 'auto' (by memory, the library's default) or a number; "
+                             "the reference keeps the official micro-batches of 8")
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed rounds after the warm-up (a round = one iteration of ours, then one of the reference)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="ours (the reference: float32)")
@@ -287,7 +288,8 @@ def main() -> None:
             results[size] = dict(workload=w.describe(), ours=ours, reference=ref)
             if ref:
                 table += ratio_rows(size, ours, ref)
-            print(f"{size}: ours " + ", ".join(f"{k} {v:.4g}" for k, v in ours.items()), flush=True)
+            print(f"{size}: ours " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in ours.items()),
+                  flush=True)
             if ref:
                 print(f"{size}: reference " + ", ".join(f"{k} {v:.4g}" for k, v in ref.items() if k != "round_speedups")
                       + "; full-iteration speedup per round " + ", ".join(f"{x:.2f}" for x in ref["round_speedups"]), flush=True)

@@ -41,7 +41,7 @@ def _tokens(rng, micro: int, batch: int, length: int, vocab: int, left: bool) ->
             mask[index][:pad] = 0
         else:
             mask[index][length - pad :] = 0
-    return learners.Tokens(ids, mask)
+    return learners.Tokens(ids.reshape(micro * batch, length), mask.reshape(micro * batch, length))
 
 
 def _modules(size: str, dtype) -> tuple[learners.Actor, learners.DoubleCritic]:
@@ -58,7 +58,8 @@ def _modules(size: str, dtype) -> tuple[learners.Actor, learners.DoubleCritic]:
 def bench(size: str, micro: int, args) -> list[dict]:
     actor, critic = _modules(size, jnp.dtype(args.dtype))
     mesh = sharding.make_mesh() if args.mesh else None
-    learner = learners.Learner(actor, critic, mesh=mesh)
+    # The step's micro * batch transitions in micro-batches of --batch (a fixed layout, not "auto").
+    learner = learners.Learner(actor, critic, learners.LearnerConfig(micro_batch_size=args.batch), mesh=mesh)
     rng = np.random.default_rng(0)
     pv, cv = actor.policy.config.vocab_size, critic.encoder.config.vocab_size
     b, obs, act = args.batch, args.observation, args.action
@@ -67,8 +68,8 @@ def bench(size: str, micro: int, args) -> list[dict]:
         _tokens(rng, micro, b, act, cv, left=False),
         _tokens(rng, micro, b, obs, cv, left=False),
         _tokens(rng, micro, b, act, cv, left=False),
-        rng.normal(size=(micro, b)).astype(np.float32),
-        rng.integers(0, 2, (micro, b)).astype(np.float32),
+        rng.normal(size=micro * b).astype(np.float32),
+        rng.integers(0, 2, micro * b).astype(np.float32),
     )
     actor_batch = learners.ActorBatch(
         _tokens(rng, micro, b, obs, pv, left=True),

@@ -42,7 +42,7 @@ def programs(request, tmp_path_factory):
         sampling = SamplingParams(**c.sampling)
         prefill, decode = run.acting.sampler.decoder.lower(sampling, rows=8, prompt_length=16)
         steps = run.learner.programs()
-        obs, act, scalars = token_spec(1, 8, 16), token_spec(1, 8, 16), jax.ShapeDtypeStruct((1, 8), jnp.float32)
+        obs, act, scalars = token_spec(8, 16), token_spec(8, 16), jax.ShapeDtypeStruct((8,), jnp.float32)
         lowered = dict(
             prefill=prefill,
             decode=decode,

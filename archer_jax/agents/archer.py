@@ -38,7 +38,7 @@ def critic_updates(run: Components, states: States, replay: ReplayBuffer, iterat
         batch = critic_batch(
             pipeline.critic_tokenizer, sample["critic_observation"], sample["critic_action"],
             sample["critic_next_observation"], pipeline.critic_rows(pi_texts), sample["reward"], sample["terminal"],
-            micro_batch_count=c.grad_accum_steps, max_length=pipeline.max_critic_length,
+            max_length=pipeline.max_critic_length,
         )
         critic, metrics = run.learner.critic_step(critic, batch)
         run.watchdog.add("critic", metrics)
@@ -52,7 +52,7 @@ def actor_updates(run: Components, states: States, replay: ReplayBuffer, iterati
     for step in range(c.actor_steps):
         sample = replay.sample(run.batch)
         key = run.key_for(ACTOR, iteration, step)
-        batch = run.acting.actor_batch(run.learner.policy_params(actor), sample, key, micro_batch_count=c.grad_accum_steps)
+        batch = run.acting.actor_batch(run.learner.policy_params(actor), sample, key)
         actor, metrics = run.learner.actor_step(actor, states.critic.params, batch)
         run.watchdog.add("actor", metrics)
     return States(actor, states.critic)

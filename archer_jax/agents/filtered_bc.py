@@ -40,7 +40,7 @@ def bc_updates(run: Components, states: States, replay: ReplayBuffer) -> States:
         sample = replay.sample_from(positions, run.batch)
         batch = bc_batch(
             pipeline.policy_tokenizer, sample["policy_observation"], sample["policy_action"],
-            micro_batch_count=c.grad_accum_steps, max_length=pipeline.max_prompt_length,
+            max_length=pipeline.max_prompt_length,
             max_action_length=pipeline.max_action_length,
         )
         actor, metrics = run.learner.bc_step(actor, batch)

@@ -35,9 +35,17 @@ def _embed_both(critic, first: Tokens, second: Tokens) -> tuple[Array, Array]:
 
 
 def critic_step(
-    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, gamma: float, tau: float, state: TrainState, batch: CriticBatch
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    gamma: float,
+    tau: float,
+    state: TrainState,
+    batch: CriticBatch,
+    *,
+    micro_batches: int = 1,
 ) -> tuple[TrainState, dict[str, Array]]:
-    """One critic step: TD targets from the target critic, Adam, then Polyak on the target."""
+    """One critic step: TD targets from the target critic, Adam, then Polyak on the target. The
+    batch (``[batch, ...]`` leaves) is taken in ``micro_batches`` scanned micro-batches."""
     target = nnx.merge(graphdef, state.target)
 
     def loss_fn(params: nnx.State, b: CriticBatch):
@@ -47,7 +55,7 @@ def critic_step(
         v_targets = target.q_values(e_s, target.embed(b.pi_action))  # Q̄_i(s, a_π)
         return losses.critic_loss(online, q_targets, v_targets)
 
-    grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch)
+    grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch, micro_batches)
     params, opt_state = adam_update(state, tx, grads)
     target_params = polyak(state.target, params, tau)
     state, metrics = keep_if_finite(state, TrainState(params, opt_state, target_params, state.step + 1, state.skipped),
@@ -66,18 +74,24 @@ def actor_step(
     state: TrainState,
     critic_params: nnx.State,
     batch: ActorBatch,
+    *,
+    micro_batches: int = 1,
 ) -> tuple[TrainState, dict[str, Array]]:
     """One actor step on the advantage of a fresh ``a_π`` under the online critic (unchanged here),
-    with the registered actor loss ``loss_name``."""
+    with the registered actor loss ``loss_name``, over ``micro_batches`` scanned micro-batches."""
     critic = nnx.merge(critic_graphdef, critic_params)
     actor_loss = registry.get_actor_loss(loss_name)
+    # Token means are normalised by the step's tokens, not each micro-batch's own: the same loss
+    # whatever the layout.
+    token_count = jnp.maximum(jnp.sum(batch.action.mask).astype(jnp.float32), 1.0) / micro_batches
 
     def loss_fn(params: nnx.State, b: ActorBatch):
         adv = advantage(critic(b.critic_observation, b.critic_action))  # min Q(s, a_π) - min V(s)
         token_logprobs, baseline = nnx.merge(graphdef, params)(b.observation, b.action)
-        return actor_loss(registry.PolicyTerms(adv, token_logprobs, b.action.mask.astype(jnp.float32), baseline))
+        mask = b.action.mask.astype(jnp.float32)
+        return actor_loss(registry.PolicyTerms(adv, token_logprobs, mask, baseline, token_count))
 
-    grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch)
+    grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch, micro_batches)
     params, opt_state = adam_update(state, tx, grads)
     state, metrics = keep_if_finite(state, TrainState(params, opt_state, None, state.step + 1, state.skipped), loss, grads)
     metrics.update(loss=loss, **summarize("advantage", aux["advantage"]), **summarize("action_logprob", aux["action_logprob"]))

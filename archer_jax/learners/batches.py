@@ -1,9 +1,10 @@
 """Learner batches: their types, and their assembly from token rows (the replay buffer's).
 
-Every batch array has the shape ``[micro_batches, batch, ...]`` the steps expect. Paired fields
+Every batch array has the shape ``[batch, ...]``: one optimizer step's transitions (the learner
+cuts them into micro-batches by memory, :mod:`archer_jax.learners.micro_batching`). Paired fields
 share one length bucket (observation with next observation, action with ``a_π``), so a run
 compiles a step once per (observation bucket, action bucket). Text goes to token rows in
-:mod:`archer_jax.input_pipeline`; here rows are only padded and laid out.
+:mod:`archer_jax.input_pipeline`; here rows are only padded.
 """
 
 from __future__ import annotations
@@ -46,13 +47,6 @@ class BCBatch(NamedTuple):
     action: Tokens  # right-padded, stop token included
 
 
-def micro_batches(array: np.ndarray, count: int) -> np.ndarray:
-    """``[count * batch, ...] -> [count, batch, ...]``."""
-    if array.shape[0] % count:
-        raise ValueError(f"{array.shape[0]} rows do not split into {count} micro-batches")
-    return array.reshape(count, array.shape[0] // count, *array.shape[1:])
-
-
 def pad(tokenizer, rows: Sequence[np.ndarray], max_length: int, length: int | None = None) -> Tokens:
     """Token id rows padded on the tokenizer's side to ``length`` or their length bucket."""
     return pad_rows(rows, tokenizer.pad_token_id, left=tokenizer.padding_side == "left", max_length=max_length,
@@ -63,10 +57,6 @@ def pad_pair(tokenizer, a: Sequence[np.ndarray], b: Sequence[np.ndarray], max_le
     """Two lists of token rows padded to one shared length bucket."""
     both, n = pad(tokenizer, [*a, *b], max_length), len(a)
     return Tokens(both.ids[:n], both.mask[:n]), Tokens(both.ids[n:], both.mask[n:])
-
-
-def _split(tokens: Tokens, count: int) -> Tokens:
-    return Tokens(micro_batches(tokens.ids, count), micro_batches(tokens.mask, count))
 
 
 def right_padded(tokens: np.ndarray, lengths: np.ndarray, pad_id: int) -> Tokens:
@@ -84,21 +74,12 @@ def critic_batch(
     rewards: Sequence[float],
     terminals: Sequence[bool],
     *,
-    micro_batch_count: int,
     max_length: int = 512,
 ) -> CriticBatch:
     """Transitions and fresh policy actions ``a_π``, in critic token rows, as a critic batch."""
     obs, next_obs = pad_pair(tokenizer, observations, next_observations, max_length)
     act, pi_act = pad_pair(tokenizer, actions, pi_actions, max_length)
-    n = micro_batch_count
-    return CriticBatch(
-        _split(obs, n),
-        _split(act, n),
-        _split(next_obs, n),
-        _split(pi_act, n),
-        micro_batches(np.asarray(rewards, np.float32), n),
-        micro_batches(np.asarray(terminals, np.float32), n),
-    )
+    return CriticBatch(obs, act, next_obs, pi_act, np.asarray(rewards, np.float32), np.asarray(terminals, np.float32))
 
 
 def actor_batch(
@@ -108,17 +89,15 @@ def actor_batch(
     critic_observations: Sequence[np.ndarray],
     critic_actions: Sequence[np.ndarray],
     *,
-    micro_batch_count: int,
     max_length: int = 512,
 ) -> ActorBatch:
     """Policy tokens of the observations (left-padded) and of ``a_π`` (right-padded, e.g. from
     :func:`right_padded` on the sampler's output), plus both in critic token rows."""
-    n = micro_batch_count
     return ActorBatch(
-        _split(observation, n),
-        _split(action, n),
-        _split(pad(critic_tokenizer, critic_observations, max_length), n),
-        _split(pad(critic_tokenizer, critic_actions, max_length), n),
+        observation,
+        action,
+        pad(critic_tokenizer, critic_observations, max_length),
+        pad(critic_tokenizer, critic_actions, max_length),
     )
 
 
@@ -127,12 +106,9 @@ def bc_batch(
     observations: Sequence[np.ndarray],
     actions: Sequence[np.ndarray],
     *,
-    micro_batch_count: int,
     max_length: int = 512,
     max_action_length: int = 64,
 ) -> BCBatch:
     """Observation rows (left-padded) and action rows (right-padded) in policy tokens."""
     obs = pad(tokenizer, observations, max_length)
-    act = pad_rows(actions, tokenizer.pad_token_id, left=False, max_length=max_action_length)
-    n = micro_batch_count
-    return BCBatch(_split(obs, n), _split(act, n))
+    return BCBatch(obs, pad_rows(actions, tokenizer.pad_token_id, left=False, max_length=max_action_length))

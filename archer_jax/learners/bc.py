@@ -20,15 +20,16 @@ Array = jax.Array
 
 
 def bc_step(
-    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, state: TrainState, batch: BCBatch
+    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, state: TrainState, batch: BCBatch, *, micro_batches: int = 1
 ) -> tuple[TrainState, dict[str, Array]]:
-    """One behaviour-cloning (SFT) step: negative log-likelihood of the given actions."""
+    """One behaviour-cloning (SFT) step: negative log-likelihood of the given actions, over
+    ``micro_batches`` scanned micro-batches."""
 
     def loss_fn(params: nnx.State, b: BCBatch):
         token_logprobs, _ = nnx.merge(graphdef, params)(b.observation, b.action)
         return losses.bc_nll_loss(token_logprobs, b.action.mask.astype(jnp.float32))
 
-    grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch)
+    grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch, micro_batches)
     params, opt_state = adam_update(state, tx, grads)
     state, metrics = keep_if_finite(state, TrainState(params, opt_state, None, state.step + 1, state.skipped), loss, grads)
     tokens = jnp.maximum(jnp.sum(batch.action.mask), 1)

@@ -6,9 +6,10 @@
     actor_state, metrics = learner.actor_step(actor_state, critic_state.params, actor_batch)
 
 Parameters, target and optimizer moments are sharded by their logical axes
-(:mod:`archer_jax.sharding`); batch arrays ``[micro_batches, batch, ...]`` are split on the batch
-axis over the mesh's ``data``/``fsdp`` axes. States passed to a step are donated: use the
-returned state.
+(:mod:`archer_jax.sharding`); batch arrays ``[batch, ...]`` are split on the batch axis over the
+mesh's ``data``/``fsdp`` axes. Each step scans its batch in micro-batches chosen by memory
+(``LearnerConfig.micro_batch_size``, :mod:`archer_jax.learners.micro_batching`). States passed to
+a step are donated: use the returned state.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from archer_jax.learners import archer, bc, registry, train_state
 from archer_jax.learners.actor import Actor
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import DoubleCritic
+from archer_jax.learners.micro_batching import AUTO, StepProgram, parse_micro_batch_size
 from archer_jax.learners.train_state import TrainState
 from archer_jax.models.tokenizer import Tokens
 
@@ -42,8 +44,12 @@ class LearnerConfig:
     actor_lr: float = 1e-6
     max_grad_norm: float = 1.0
     actor_loss: str = "actor_pg"  # a name in archer_jax.learners.registry
+    # Transitions per scanned micro-batch: "auto" (the largest that fits the device) or a number
+    # that cuts every step's batch evenly. Only memory depends on it, not the update.
+    micro_batch_size: int | str = AUTO
 
     def __post_init__(self):
+        parse_micro_batch_size(self.micro_batch_size)
         try:
             registry.get_actor_loss(self.actor_loss)
         except KeyError as e:
@@ -80,40 +86,39 @@ class Learner:
         self.critic_tx = train_state.optimizer(config.critic_lr, config.max_grad_norm)
         self.actor_shardings = self._shardings(self._actor_params, self.actor_tx, with_target=False)
 
-        tokens = Tokens(self.batch_sharding(3), self.batch_sharding(3))
-        critic_batch = CriticBatch(tokens, tokens, tokens, tokens, self.batch_sharding(2), self.batch_sharding(2))
+        tokens = Tokens(self.batch_sharding(2), self.batch_sharding(2))
+        critic_batch = CriticBatch(tokens, tokens, tokens, tokens, self.batch_sharding(1), self.batch_sharding(1))
         actor_batch = ActorBatch(tokens, tokens, tokens, tokens)
         bc_batch = BCBatch(tokens, tokens)
         replicated = shd.replicated(self.mesh)
         c = config
+        program = functools.partial(StepProgram, mesh=self.mesh, micro_batch_size=c.micro_batch_size, donate_argnums=(0,))
         if critic is not None:  # filtered BC trains the actor alone
             self.critic_graphdef, self._critic_params = train_state.split_params(critic)
             self.critic_shardings = self._shardings(self._critic_params, self.critic_tx, with_target=True)
-            self._critic_step = jax.jit(
+            self._critic_step = program(
                 self._traced(archer.critic_step, self.critic_graphdef, self.critic_tx, c.gamma, c.tau),
                 in_shardings=(self.critic_shardings, critic_batch),
                 out_shardings=(self.critic_shardings, replicated),
-                donate_argnums=(0,),
             )
-            self._actor_step = jax.jit(
+            self._actor_step = program(
                 self._traced(archer.actor_step, self.actor_graphdef, self.critic_graphdef, self.actor_tx, c.actor_loss),
                 in_shardings=(self.actor_shardings, self.critic_shardings.params, actor_batch),
                 out_shardings=(self.actor_shardings, replicated),
-                donate_argnums=(0,),
             )
-        self._bc_step = jax.jit(
+        self._bc_step = program(
             self._traced(bc.bc_step, self.actor_graphdef, self.actor_tx),
             in_shardings=(self.actor_shardings, bc_batch),
             out_shardings=(self.actor_shardings, replicated),
-            donate_argnums=(0,),
         )
 
     def _traced(self, step, *static):
         """``step`` with its static arguments bound, traced under the learner's matmul precision."""
         return traced_with(functools.partial(step, *static), self.matmul_precision)
 
-    def programs(self) -> dict:
-        """The jitted steps by name (e.g. to ``.lower(...)`` them and read their HLO)."""
+    def programs(self) -> dict[str, StepProgram]:
+        """The steps by name (e.g. to ``.lower(...)`` them and read their HLO, or to read the
+        micro-batch layouts they chose: ``programs()["critic_step"].layouts``)."""
         names = ("critic_step", "actor_step", "bc_step") if self.has_critic else ("bc_step",)
         return {name: getattr(self, f"_{name}") for name in names}
 
@@ -122,8 +127,8 @@ class Learner:
         return train_state.shardings(abstract, tx, self.mesh, self.rules)
 
     def batch_sharding(self, ndim: int) -> NamedSharding:
-        """``[micro_batches, batch, ...]``: the batch axis over the mesh's data axes."""
-        return shd.batch_sharding(self.mesh, ndim, batch_dim=1)
+        """``[batch, ...]``: the batch axis over the mesh's data axes."""
+        return shd.batch_sharding(self.mesh, ndim, batch_dim=0)
 
     # ---- states -----------------------------------------------------------------------------
 
@@ -153,19 +158,12 @@ class Learner:
     # ---- steps ------------------------------------------------------------------------------
 
     def _check(self, batch) -> None:
-        multiple = shd.batch_size_multiple(self.mesh)
-        leaves = jax.tree.leaves(batch)
-        sizes = {leaf.shape[:2] for leaf in leaves}
+        sizes = {leaf.shape[0] for leaf in jax.tree.leaves(batch)}
         if len(sizes) != 1:
-            raise ValueError(f"batch arrays disagree on [micro_batches, batch]: {sorted(sizes)}")
-        ((_, size),) = sizes
-        if size % multiple:
-            raise ValueError(
-                f"batch size {size} is not a multiple of the mesh's batch axes ({multiple} = data x fsdp)"
-            )
+            raise ValueError(f"batch arrays disagree on the batch size: {sorted(sizes)}")
 
     def critic_step(self, state: TrainState, batch: CriticBatch) -> tuple[TrainState, dict]:
-        """One critic optimizer step (gradients averaged over the micro-batches) + Polyak."""
+        """One critic optimizer step (gradients averaged over the batch) + Polyak."""
         self._need_critic()
         self._check(batch)
         return self._critic_step(state, batch)

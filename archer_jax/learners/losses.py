@@ -42,14 +42,21 @@ def actor_pg_loss(adv: Array, token_logprobs: Array, mask: Array) -> tuple[Array
 
 
 def actor_token_baseline_loss(
-    adv: Array, token_logprobs: Array, baseline: Array, mask: Array, baseline_coef: float = 1.0
+    adv: Array,
+    token_logprobs: Array,
+    baseline: Array,
+    mask: Array,
+    baseline_coef: float = 1.0,
+    token_count: Array | float | None = None,
 ) -> tuple[Array, dict[str, Array]]:
     """The token-level baseline variant: policy term ``-mean(Σ_t (A - b_t) log π_t)`` plus
-    ``baseline_coef · MSE(b_t, A)`` over the action's tokens (``b_t`` = a per-token value head)."""
+    ``baseline_coef · MSE(b_t, A)`` over the action's tokens (``b_t`` = a per-token value head).
+    The MSE's sum is divided by ``token_count`` (default: the tokens in ``mask``); a step split into
+    micro-batches passes its tokens per micro-batch, so the mean runs over the step's tokens."""
     adv = jax.lax.stop_gradient(adv)
     centred = adv[:, None] - jax.lax.stop_gradient(baseline)
     policy = -jnp.mean(jnp.sum(centred * token_logprobs * mask, axis=-1))
-    tokens = jnp.maximum(jnp.sum(mask), 1.0)
+    tokens = jnp.maximum(jnp.sum(mask), 1.0) if token_count is None else token_count
     baseline_mse = jnp.sum(((baseline - adv[:, None]) ** 2) * mask) / tokens
     logprob = jnp.sum(token_logprobs * mask, axis=-1)
     return policy + baseline_coef * baseline_mse, dict(

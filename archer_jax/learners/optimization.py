@@ -24,9 +24,29 @@ Array = jax.Array
 STATS = ("mean", "min", "max", "std")
 
 
-def accumulate_gradients(loss_fn: Callable, params: nnx.State, batch) -> tuple[nnx.State, Array, dict]:
-    """Mean gradient and loss of ``loss_fn(params, micro)`` over the micro-batches (the leading
-    axis of every batch leaf), as one ``lax.scan``; auxiliary outputs come back stacked."""
+def split_micro_batches(batch, count: int):
+    """``[batch, ...]`` leaves as ``[count, batch // count, ...]``, micro-batch ``j`` holding rows
+    ``j, j + count, j + 2·count, ...``. Strided rather than contiguous, so a batch whose rows are
+    split over devices in contiguous blocks splits into micro-batches without moving a row between
+    devices. The rows of a step are drawn uniformly, so which rows share a micro-batch is immaterial."""
+
+    def split(x):
+        if x.shape[0] % count:
+            raise ValueError(f"{x.shape[0]} rows do not split into {count} micro-batches")
+        return jnp.swapaxes(x.reshape(x.shape[0] // count, count, *x.shape[1:]), 0, 1)
+
+    return jax.tree.map(split, batch)
+
+
+def accumulate_gradients(loss_fn: Callable, params: nnx.State, batch, micro_batches: int = 1) -> tuple[nnx.State, Array, dict]:
+    """Mean gradient and loss of ``loss_fn(params, micro)`` over ``micro_batches`` equal micro-batches
+    of ``batch`` (:func:`split_micro_batches`), as one ``lax.scan``; auxiliary outputs come back
+    stacked (``[micro_batches, batch // micro_batches, ...]``).
+
+    Equal to one pass over the whole batch, up to float rounding, when ``loss_fn`` is a mean over
+    rows (or a sum normalised by a count of the whole batch): the micro-batch layout is a memory
+    device (:mod:`archer_jax.learners.micro_batching`), not part of the objective.
+    """
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     zeros = jax.tree.map(jnp.zeros_like, params)
 
@@ -34,9 +54,8 @@ def accumulate_gradients(loss_fn: Callable, params: nnx.State, batch) -> tuple[n
         (loss, aux), grads = grad_fn(params, micro)
         return jax.tree.map(jnp.add, total, grads), (loss, aux)
 
-    total, (micro_losses, aux) = jax.lax.scan(body, zeros, batch)
-    count = jax.tree.leaves(batch)[0].shape[0]
-    return jax.tree.map(lambda g: g / count, total), jnp.mean(micro_losses), aux
+    total, (micro_losses, aux) = jax.lax.scan(body, zeros, split_micro_batches(batch, micro_batches))
+    return jax.tree.map(lambda g: g / micro_batches, total), jnp.mean(micro_losses), aux
 
 
 def adam_update(state: TrainState, tx: optax.GradientTransformation, grads: nnx.State) -> tuple[nnx.State, object]:

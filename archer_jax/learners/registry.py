@@ -29,6 +29,9 @@ class PolicyTerms(NamedTuple):
     token_logprobs: Array  # [batch, tokens] log π(a_t | s, a_<t), 0 at padding
     mask: Array  # [batch, tokens] float32, 1 for the action's tokens (stop token included)
     baseline: Array | None  # [batch, tokens] b_t of the token-level value head, or None
+    # Action tokens per micro-batch, averaged over the step: what a mean over tokens divides by,
+    # so that the step's loss does not depend on its micro-batch layout. None: sum(mask).
+    token_count: Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +68,6 @@ def get_actor_loss(name: str) -> ActorLoss:
 register("actor_pg", lambda t: losses.actor_pg_loss(t.advantage, t.token_logprobs, t.mask))
 register(
     "actor_token_baseline",
-    lambda t: losses.actor_token_baseline_loss(t.advantage, t.token_logprobs, t.baseline, t.mask),
+    lambda t: losses.actor_token_baseline_loss(t.advantage, t.token_logprobs, t.baseline, t.mask, token_count=t.token_count),
     needs_baseline=True,
 )

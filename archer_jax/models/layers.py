@@ -41,6 +41,23 @@ def activation(name: str) -> Callable[[Array], Array]:
         ) from None
 
 
+# Activation checkpointing (``config.model.remat``) of each layer in :func:`scan_layers`: what the
+# backward pass keeps from the forward, the rest it recomputes. Forward-only calls (sampling, the
+# target critic) are unaffected.
+REMAT_POLICIES: dict[str, Callable | None] = {
+    "none": None,  # keep every activation the backward needs
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep the projections' outputs
+    "full": jax.checkpoint_policies.nothing_saveable,  # keep each layer's input only
+}
+
+
+def check_remat(remat: str) -> str:
+    """``remat`` if it names a policy in :data:`REMAT_POLICIES`, else a ValueError listing them."""
+    if remat not in REMAT_POLICIES:
+        raise ValueError(f"remat must be one of {', '.join(REMAT_POLICIES)}, got {remat!r}")
+    return remat
+
+
 # The fewest layers that :func:`scan_layers` scans over. Measured in the actor program (forward
 # and backward) on a 2-core x86-64: a 2-block GPT-2 ran 15% slower as a scan, a 12-block one 12%
 # faster (benchmarks/variants.py).
@@ -48,11 +65,17 @@ SCAN_MIN_LAYERS = 4
 
 
 def scan_layers(
-    layers: Sequence[Layer], x: Array, call: Callable[[Layer, Array], Array], *, min_layers: int | None = None
+    layers: Sequence[Layer],
+    x: Array,
+    call: Callable[[Layer, Array], Array],
+    *,
+    min_layers: int | None = None,
+    remat: str = "none",
 ) -> Array:
     """``x`` through ``call(layer, x)`` for each layer in turn: one ``lax.scan`` over the layers'
     stacked parameters when there are at least ``min_layers`` (default :data:`SCAN_MIN_LAYERS`)
-    and they share one graph, else a Python loop. Same values, same gradients.
+    and they share one graph, else a Python loop. Same values, same gradients. ``remat`` names an
+    activation-checkpointing policy (:data:`REMAT_POLICIES`) applied to each layer.
 
     For pre-LN stacks (GPT-2): in the scan, XLA keeps each layer's input and the residual
     stream's gradient in memory. With the loop, XLA:CPU fused that gradient (a chain of adds
@@ -65,12 +88,26 @@ def scan_layers(
     min_layers = SCAN_MIN_LAYERS if min_layers is None else min_layers
     splits = [nnx.split(layer) for layer in layers]
     graphdef = splits[0][0] if splits else None
+    policy = REMAT_POLICIES[check_remat(remat)]
+
+    def checkpointed(fn: Callable[[nnx.State, Array], Array], in_scan: bool = False) -> Callable[[nnx.State, Array], Array]:
+        # A scan already keeps XLA from merging the recomputation with the forward pass.
+        return fn if remat == "none" else jax.checkpoint(fn, policy=policy, prevent_cse=not in_scan)
+
+    # With remat the layers always run as a scan: in a Python loop XLA may schedule each layer's
+    # recomputation right after the forward pass, which saves nothing (measured on CPU: a 4-layer
+    # RoBERTa kept the same temporaries with and without remat; as a scan, "full" cut them ~3x).
+    min_layers = 2 if remat != "none" else min_layers
     if len(splits) < max(min_layers, 2) or any(g != graphdef for g, _ in splits[1:]):
-        for layer in layers:
-            x = call(layer, x)
+        for layer, (layer_graph, state) in zip(layers, splits):
+            if remat == "none":
+                x = call(layer, x)
+            else:
+                x = checkpointed(lambda s, h, g=layer_graph: call(nnx.merge(g, s), h))(state, x)
         return x
     stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *(state for _, state in splits))
-    x, _ = jax.lax.scan(lambda h, state: (call(nnx.merge(graphdef, state), h), None), x, stacked)
+    layer_fn = checkpointed(lambda state, h: call(nnx.merge(graphdef, state), h), in_scan=True)
+    x, _ = jax.lax.scan(lambda h, state: (layer_fn(state, h), None), x, stacked)
     return x
 
 

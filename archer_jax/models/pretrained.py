@@ -54,6 +54,7 @@ def load_pretrained(
     model_type: str | None = None,
     dtype: DType = jnp.float32,
     param_dtype: DType = jnp.float32,
+    remat: str = "none",
     seed: int = 0,
 ) -> nnx.Module:
     """Loads a model from a hub name (``gpt2``, ``roberta-base``) or an HF-format directory.
@@ -63,6 +64,7 @@ def load_pretrained(
         a directory of another architecture is an error. None accepts any known one.
       dtype: compute dtype (bfloat16 for speed; logits stay float32).
       param_dtype: dtype of the parameters.
+      remat: activation checkpointing of the layers in training passes (``none``, ``dots``, ``full``).
       seed: initialises parameters the checkpoint lacks (e.g. roberta-base's pooler).
 
     Raises:
@@ -91,7 +93,7 @@ def load_pretrained(
         log.warning("%s: ignoring %d tensors the model does not use: %s", directory, len(unused), ", ".join(unused[:5]))
 
     def build(rngs: nnx.Rngs) -> nnx.Module:
-        return arch.module_cls(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        return arch.module_cls(config, dtype=dtype, param_dtype=param_dtype, remat=remat, rngs=rngs)
 
     if absent:
         log.warning("%s lacks %s; those parameters are freshly initialised (seed %d)", directory, ", ".join(absent), seed)

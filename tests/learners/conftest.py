@@ -40,20 +40,19 @@ def texts(n, seed=0):
     return obs, act
 
 
-def critic_batch(tokenizers, n=16, micro=2, seed=0):
+def critic_batch(tokenizers, n=16, seed=0):
     obs, act = texts(n, seed)
     rng = np.random.default_rng(seed + 1)
     next_obs = [o + a + " No.\n" for o, a in zip(obs, act)]
     pi = [ACTIONS[i] for i in rng.integers(0, len(ACTIONS), n)]
     return batches.critic_batch(
-        tokenizers[1], obs, act, next_obs, pi, rng.normal(size=n), rng.integers(0, 2, n), micro_batch_count=micro
+        tokenizers[1], obs, act, next_obs, pi, rng.normal(size=n), rng.integers(0, 2, n)
     )
 
 
-def actor_batch(tokenizers, n=16, micro=2, seed=0):
+def actor_batch(tokenizers, n=16, seed=0):
     obs, act = texts(n, seed)
     policy_tok, critic_tok = tokenizers
     observation = batches.tokenize(policy_tok, obs, 64)
-    bc = batches.bc_batch(policy_tok, obs, act, micro_batch_count=1)
-    action = learners.Tokens(bc.action.ids[0], bc.action.mask[0])
-    return batches.actor_batch(observation, action, critic_tok, obs, act, micro_batch_count=micro)
+    bc = batches.bc_batch(policy_tok, obs, act)
+    return batches.actor_batch(observation, bc.action, critic_tok, obs, act)

@@ -13,9 +13,9 @@ def test_packed_logprobs_match_unpadded_hugging_face_rows(tiny_dirs, tokenizers)
     policy_tok, _ = tokenizers
     policy = models.load_gpt2(tiny_dirs[0])
     hf = ref.transformers.GPT2LMHeadModel.from_pretrained(tiny_dirs[0]).eval()
-    bc = batches.bc_batch(policy_tok, OBSERVATIONS, ACTIONS, micro_batch_count=1)
-    obs = learners.Tokens(jnp.asarray(bc.observation.ids[0]), jnp.asarray(bc.observation.mask[0]))
-    act = learners.Tokens(jnp.asarray(bc.action.ids[0]), jnp.asarray(bc.action.mask[0]))
+    bc = batches.bc_batch(policy_tok, OBSERVATIONS, ACTIONS)
+    obs = learners.Tokens(jnp.asarray(bc.observation.ids), jnp.asarray(bc.observation.mask))
+    act = learners.Tokens(jnp.asarray(bc.action.ids), jnp.asarray(bc.action.mask))
     ours, _ = learners.action_logprobs(policy, obs, act)
     ours = np.asarray(ours)
     for i, (o, a) in enumerate(zip(OBSERVATIONS, ACTIONS)):
@@ -26,7 +26,7 @@ def test_packed_logprobs_match_unpadded_hugging_face_rows(tiny_dirs, tokenizers)
         logits -= logits.max(-1, keepdims=True)
         logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
         expected = [logp[len(o_ids) - 1 + t, a_ids[t]] for t in range(len(a_ids))]
-        n = int(bc.action.mask[0, i].sum())
+        n = int(bc.action.mask[i].sum())
         assert n == len(a_ids)  # the stop token "\n" is among the trained tokens
         np.testing.assert_allclose(ours[i, :n], expected, atol=1e-4)
         assert (ours[i, n:] == 0).all()
@@ -37,9 +37,9 @@ def test_token_baseline_head_sees_no_policy_gradient(tiny_dirs, tokenizers):
     from flax import nnx
 
     actor = learners.Actor(models.load_gpt2(tiny_dirs[0]), token_baseline=True, rngs=nnx.Rngs(0))
-    bc = batches.bc_batch(tokenizers[0], OBSERVATIONS, ACTIONS, micro_batch_count=1)
-    obs = learners.Tokens(*(jnp.asarray(x[0]) for x in bc.observation))
-    act = learners.Tokens(*(jnp.asarray(x[0]) for x in bc.action))
+    bc = batches.bc_batch(tokenizers[0], OBSERVATIONS, ACTIONS)
+    obs = learners.Tokens(*(jnp.asarray(x) for x in bc.observation))
+    act = learners.Tokens(*(jnp.asarray(x) for x in bc.action))
     graphdef, params = nnx.split(actor)
 
     def baseline_sum(p):

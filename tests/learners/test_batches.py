@@ -11,17 +11,17 @@ def test_critic_batch_from_rows_equals_the_text_path(tokenizers):
     _, critic_tok = tokenizers
     obs = ["Questions:\n", "Questions:\nIs it alive? Yes.\n"]
     act, nxt, pi = ["Is it alive?", "Is it a dog?"], ["Questions:\nIs it alive? No.\n"] * 2, ["Is it red?", "x"]
-    from_texts = text_batches.critic_batch(critic_tok, obs, act, nxt, pi, [-1.0, 0.0], [False, True], micro_batch_count=1, max_length=64)
+    from_texts = text_batches.critic_batch(critic_tok, obs, act, nxt, pi, [-1.0, 0.0], [False, True], max_length=64)
     rows = lambda texts: token_rows(critic_tok, texts, max_length=64)  # noqa: E731
     from_rows = batches.critic_batch(
-        critic_tok, rows(obs), rows(act), rows(nxt), rows(pi), [-1.0, 0.0], [False, True], micro_batch_count=1, max_length=64
+        critic_tok, rows(obs), rows(act), rows(nxt), rows(pi), [-1.0, 0.0], [False, True], max_length=64
     )
     for a, b in zip(from_texts, from_rows):
         for x, y in zip(np.atleast_1d(a), np.atleast_1d(b)):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     # Paired fields share a length bucket; the critic tokenizer pads on the right.
     assert from_rows.observation.ids.shape == from_rows.next_observation.ids.shape
-    assert from_rows.observation.mask[0, 0, 0] == 1  # [micro, batch, length]
+    assert from_rows.observation.mask[0, 0] == 1  # [batch, length]
 
 
 def test_action_rows_end_with_the_stop_token_and_keep_their_beginning(tokenizers):

@@ -24,15 +24,14 @@ def test_actor_batch_from_the_sampler_reproduces_its_logprobs(tiny_dirs, tokeniz
     batch, generation = acting.sampled_actor_batch(
         sampler, tokenizers[1], token_rows(tokenizers[0], observations, max_length=limit),
         token_rows(tokenizers[1], observations, max_length=512), jax.random.key(0), SamplingParams(max_new_tokens=8),
-        micro_batch_count=2,
     )
-    assert batch.observation.ids.shape[:2] == (2, 4) and batch.action.ids.shape[2] == 8
+    assert batch.observation.ids.shape[0] == 8 and batch.action.ids.shape[1] == 8
     policy = models.load_gpt2(tiny_dirs[0])
-    flat = lambda t: learners.Tokens(*(jnp.asarray(x.reshape(-1, x.shape[-1])) for x in t))  # noqa: E731
-    logprobs, _ = learners.action_logprobs(policy, flat(batch.observation), flat(batch.action))
+    device = lambda t: learners.Tokens(*map(jnp.asarray, t))  # noqa: E731
+    logprobs, _ = learners.action_logprobs(policy, device(batch.observation), device(batch.action))
     np.testing.assert_allclose(np.asarray(logprobs), generation.logprobs, atol=1e-4)
     # The critic sees the a_pi texts (cut before the stop string), in its own tokens.
-    critic_ids = batch.critic_action.ids.reshape(8, -1)
+    critic_ids = batch.critic_action.ids
     decoded = tokenizers[1].batch_decode(critic_ids, skip_special_tokens=True)
     assert decoded == generation.texts
 

@@ -38,7 +38,7 @@ def test_critic_learns_the_true_values_and_the_actor_the_better_action(tiny_dirs
     config = learners.LearnerConfig(gamma=GAMMA, tau=0.1, critic_lr=1e-3, actor_lr=3e-4, max_grad_norm=1.0)
     learner = learners.Learner(actor, critic, config)
     obs, act, rew, nxt, term, pi = zip(*transitions())
-    batch = batches.critic_batch(critic_tok, obs, act, nxt, pi, rew, term, micro_batch_count=1)
+    batch = batches.critic_batch(critic_tok, obs, act, nxt, pi, rew, term)
 
     state = learner.init_critic()
     for _ in range(400):
@@ -60,17 +60,16 @@ def test_critic_learns_the_true_values_and_the_actor_the_better_action(tiny_dirs
     # The actor: fresh a_pi in {yes, no} at s0, advantage from the learned critic.
     observations = [S0] * 8
     answers = ["yes", "no"] * 4
-    bc = batches.bc_batch(policy_tok, observations, answers, micro_batch_count=1)
+    bc = batches.bc_batch(policy_tok, observations, answers)
     actor_batch = batches.actor_batch(
         batches.tokenize(policy_tok, observations, 64),
-        learners.Tokens(bc.action.ids[0], bc.action.mask[0]),
-        critic_tok, observations, answers, micro_batch_count=1,
+        bc.action, critic_tok, observations, answers,
     )
 
     def log_odds(actor_state):  # log pi(yes\n | s0) - log pi(no\n | s0)
         model = nnx.merge(learner.actor_graphdef, actor_state.params)
-        logp, _ = model(learners.Tokens(*(jnp.asarray(x[0, :2]) for x in bc.observation)),
-                        learners.Tokens(*(jnp.asarray(x[0, :2]) for x in bc.action)))
+        logp, _ = model(learners.Tokens(*(jnp.asarray(x[:2]) for x in bc.observation)),
+                        learners.Tokens(*(jnp.asarray(x[:2]) for x in bc.action)))
         total = np.asarray(logp).sum(-1)
         return float(total[0] - total[1])
 

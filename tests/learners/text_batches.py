@@ -16,29 +16,29 @@ def tokenize(tokenizer, texts: Sequence[str], max_length: int, length: int | Non
 
 
 def critic_batch(tokenizer, observations, actions, next_observations, pi_actions, rewards, terminals, *,
-                 micro_batch_count: int, max_length: int = 512) -> batches.CriticBatch:
+                 max_length: int = 512) -> batches.CriticBatch:
     """Transitions and fresh policy actions ``a_π`` (texts) as a critic batch (critic tokenizer)."""
     rows = functools.partial(token_rows, tokenizer, max_length=max_length)
     return batches.critic_batch(
         tokenizer, rows(observations), rows(actions), rows(next_observations), rows(pi_actions), rewards, terminals,
-        micro_batch_count=micro_batch_count, max_length=max_length,
+        max_length=max_length,
     )
 
 
 def actor_batch(observation: Tokens, action: Tokens, critic_tokenizer, observations, action_texts, *,
-                micro_batch_count: int, max_length: int = 512) -> batches.ActorBatch:
+                max_length: int = 512) -> batches.ActorBatch:
     """:func:`batches.actor_batch` with the observation and action texts for the critic."""
     rows = functools.partial(token_rows, critic_tokenizer, max_length=max_length)
     return batches.actor_batch(observation, action, critic_tokenizer, rows(observations), rows(action_texts),
-                               micro_batch_count=micro_batch_count, max_length=max_length)
+                               max_length=max_length)
 
 
-def bc_batch(tokenizer, observations, actions, *, micro_batch_count: int, stop_string: str = "\n",
+def bc_batch(tokenizer, observations, actions, *, stop_string: str = "\n",
              max_length: int = 512, max_action_length: int = 64) -> batches.BCBatch:
     """Observations (left-padded) and actions + ``stop_string`` (right-padded) in policy tokens."""
     return batches.bc_batch(
         tokenizer,
         token_rows(tokenizer, observations, max_length=max_length),
         action_rows(tokenizer, actions, stop_string=stop_string, max_action_length=max_action_length),
-        micro_batch_count=micro_batch_count, max_length=max_length, max_action_length=max_action_length,
+        max_length=max_length, max_action_length=max_action_length,
     )

@@ -264,6 +264,11 @@ def test_non_finite_losses_are_skipped_counted_and_stop_the_run(tmp_path, monkey
         (dict(sft__experts="optimal,lazy"), "config.sft.experts: unknown expert 'lazy'"),
         (dict(sft__data="/no/such/file.jsonl"), "config.sft.data: '/no/such/file.jsonl' is not"),
         (dict(env__name="detective"), "config.env.options.game_path: missing"),
+        (dict(learner__micro_batch_size="some"), "config.learner.micro_batch_size: must be 'auto' or a positive integer"),
+        (dict(learner__micro_batch_size=0), "config.learner.micro_batch_size: must be 'auto' or a positive integer"),
+        (dict(learner__micro_batch_size=3),
+         r"config.learner.micro_batch_size: 3 does not cut the step batch of 8 transitions \(batch_size x grad_accum_steps\)"),
+        (dict(model__remat="some"), "config.model.remat: unknown value 'some'; known: none, dots, full"),
     ],
 )
 def test_bad_configs_fail_before_anything_is_built(overrides, message, tmp_path):
@@ -299,6 +304,7 @@ def test_unknown_keys_and_wrong_types_in_a_config_object():
         (["--config.env.name=chess"], "error: config.env.name: unknown env 'chess'"),
         (["--config.lm_lr=1e-5"], "error: --config.lm_lr: renamed to config.learner.actor_lr"),
         (["--config.epochs=3"], "error: --config.epochs: renamed to config.critic_steps (bc_steps for filtered_bc)"),
+        (["--config.learner.micro_batch_size=5"], "error: config.learner.micro_batch_size: 5 does not cut the step batch"),
     ],
 )
 def test_command_line_errors_are_one_line(flags, message, tmp_path):

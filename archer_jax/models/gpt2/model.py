@@ -23,7 +23,7 @@ from flax import nnx
 
 from archer_jax.models.attention import KVCache, MultiHeadAttention
 from archer_jax.models.config import HFConfig
-from archer_jax.models.layers import DType, activation, dense, embedding, layer_norm, scan_layers
+from archer_jax.models.layers import DType, activation, check_remat, dense, embedding, layer_norm, scan_layers
 
 Array = jax.Array
 
@@ -117,7 +117,8 @@ class GPT2Block(nnx.Module):
 
 
 class GPT2LMHeadModel(nnx.Module):
-    """GPT-2 with its language-model head; parameters in ``param_dtype``, compute in ``dtype``."""
+    """GPT-2 with its language-model head; parameters in ``param_dtype``, compute in ``dtype``;
+    ``remat`` names the blocks' activation checkpointing (``layers.REMAT_POLICIES``)."""
 
     def __init__(
         self,
@@ -125,10 +126,12 @@ class GPT2LMHeadModel(nnx.Module):
         *,
         dtype: DType = jnp.float32,
         param_dtype: DType = jnp.float32,
+        remat: str = "none",
         rngs: nnx.Rngs,
     ):
         self.config = config
         self.dtype = dtype
+        self.remat = check_remat(remat)  # activation checkpointing of the blocks in training passes
         kw = dict(init_std=config.initializer_range, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.wte = embedding(config.vocab_size, config.n_embd, ("vocab", "embed"), **kw)
         self.wpe = embedding(config.n_positions, config.n_embd, ("positions", "embed"), **kw)
@@ -185,7 +188,7 @@ class GPT2LMHeadModel(nnx.Module):
         x = self.wte(input_ids) + self.wpe(position_ids)
         new_cache = None
         if cache is None:
-            x = scan_layers(self.h, x, lambda block, h: block(h, mask, None, 0)[0])
+            x = scan_layers(self.h, x, lambda block, h: block(h, mask, None, 0)[0], remat=self.remat)
         else:
             new_cache = []
             for block, layer_cache in zip(self.h, cache):
