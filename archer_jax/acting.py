@@ -98,6 +98,7 @@ def sampled_actor_batch(
     *,
     model_state: nnx.State | None = None,
     max_length: int = 512,
+    min_action_bucket: int = 16,
 ) -> tuple[ActorBatch, Generation]:
     """Draws a fresh ``a_π ~ π(·|s)`` for observations in policy and critic token rows (the
     replay buffer's) and builds the actor batch from it.
@@ -114,6 +115,7 @@ def sampled_actor_batch(
         critic_observations,
         token_rows(critic_tokenizer, generation.texts, max_length=max_length),
         max_length=max_length,
+        min_action_bucket=min_action_bucket,
     )
     return batch, generation
 
@@ -158,6 +160,6 @@ class Acting:
         batch, _ = sampled_actor_batch(
             self.sampler, self.pipeline.critic_tokenizer, sample["policy_observation"], sample["critic_observation"],
             key, self.sampling, model_state=policy,
-            max_length=self.pipeline.max_critic_length,
+            max_length=self.pipeline.max_critic_length, min_action_bucket=self.pipeline.action_bucket,
         )
         return batch

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from archer_jax.models.tokenizer import action_rows, token_rows
+from archer_jax.models.tokenizer import action_rows, next_power_of_two, token_rows
 from archer_jax.rollout import Episode
 
 
@@ -32,6 +32,12 @@ class InputPipeline:
     max_prompt_length: int
     max_critic_length: int
     max_action_length: int
+
+    @property
+    def action_bucket(self) -> int:
+        """The shortest length bucket of actions in learner batches: the sampler's action length
+        (its ``max_new_tokens``), so that short and long actions share one compiled step."""
+        return next_power_of_two(self.max_action_length)
 
     def policy_rows(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Observations in policy token rows (left-truncated to ``max_prompt_length``)."""

@@ -113,6 +113,7 @@ def train(
             [act_rows[i] for i in index],
             max_length=pipeline.max_prompt_length,
             max_action_length=pipeline.max_action_length,
+            min_action_bucket=pipeline.action_bucket,
         )
         state, metrics = learner.bc_step(state, batch)
         metrics = {k: float(v) for k, v in metrics.items()}

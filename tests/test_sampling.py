@@ -202,7 +202,8 @@ def test_same_bucket_compiles_nothing_new(policy):
     sampler.generate(["x"], jax.random.key(2), params, model_state=sampler.model_state)  # rows 1 -> bucket 1: new
     assert sampler.traces == traced + 2
     sampler.generate(["y", "z"], jax.random.key(3), params)
-    sampler.generate(["Questions:\n" * 12], jax.random.key(4), params)  # a longer prompt bucket: new
+    assert sampler.min_prompt_bucket == 64  # prompts shorter than 64 tokens share one bucket
+    sampler.generate(["Questions:\n" * 40], jax.random.key(4), params)  # a longer prompt bucket: new
     assert sampler.traces == traced + 4
 
 

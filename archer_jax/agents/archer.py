@@ -38,7 +38,7 @@ def critic_updates(run: Components, states: States, replay: ReplayBuffer, iterat
         batch = critic_batch(
             pipeline.critic_tokenizer, sample["critic_observation"], sample["critic_action"],
             sample["critic_next_observation"], pipeline.critic_rows(pi_texts), sample["reward"], sample["terminal"],
-            max_length=pipeline.max_critic_length,
+            max_length=pipeline.max_critic_length, min_action_bucket=pipeline.action_bucket,
         )
         critic, metrics = run.learner.critic_step(critic, batch)
         run.watchdog.add("critic", metrics)

@@ -41,7 +41,7 @@ def bc_updates(run: Components, states: States, replay: ReplayBuffer) -> States:
         batch = bc_batch(
             pipeline.policy_tokenizer, sample["policy_observation"], sample["policy_action"],
             max_length=pipeline.max_prompt_length,
-            max_action_length=pipeline.max_action_length,
+            max_action_length=pipeline.max_action_length, min_action_bucket=pipeline.action_bucket,
         )
         actor, metrics = run.learner.bc_step(actor, batch)
         run.watchdog.add("bc", metrics)

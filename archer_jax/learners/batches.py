@@ -3,7 +3,10 @@
 Every batch array has the shape ``[batch, ...]``: one optimizer step's transitions (the learner
 cuts them into micro-batches by memory, :mod:`archer_jax.learners.micro_batching`). Paired fields
 share one length bucket (observation with next observation, action with ``a_π``), so a run
-compiles a step once per (observation bucket, action bucket). Text goes to token rows in
+compiles a step once per (observation bucket, action bucket). Actions are short, so padding them
+is cheap: ``min_action_bucket`` (the run's, :attr:`archer_jax.input_pipeline.InputPipeline.action_bucket`)
+pads every action to at least the sampler's own action length, one bucket where lengths of 16,
+32 and 64 tokens made three programs of each step. Text goes to token rows in
 :mod:`archer_jax.input_pipeline`; here rows are only padded.
 """
 
@@ -47,15 +50,21 @@ class BCBatch(NamedTuple):
     action: Tokens  # right-padded, stop token included
 
 
-def pad(tokenizer, rows: Sequence[np.ndarray], max_length: int, length: int | None = None) -> Tokens:
-    """Token id rows padded on the tokenizer's side to ``length`` or their length bucket."""
+MIN_BUCKET = 16  # the shortest length bucket (tokenizer.bucket_length's default)
+
+
+def pad(tokenizer, rows: Sequence[np.ndarray], max_length: int, length: int | None = None,
+        min_bucket: int = MIN_BUCKET) -> Tokens:
+    """Token id rows padded on the tokenizer's side to ``length`` or their length bucket (at least
+    ``min_bucket``)."""
     return pad_rows(rows, tokenizer.pad_token_id, left=tokenizer.padding_side == "left", max_length=max_length,
-                    length=length)
+                    length=length, min_bucket=min(min_bucket, max_length))
 
 
-def pad_pair(tokenizer, a: Sequence[np.ndarray], b: Sequence[np.ndarray], max_length: int) -> tuple[Tokens, Tokens]:
-    """Two lists of token rows padded to one shared length bucket."""
-    both, n = pad(tokenizer, [*a, *b], max_length), len(a)
+def pad_pair(tokenizer, a: Sequence[np.ndarray], b: Sequence[np.ndarray], max_length: int,
+             min_bucket: int = MIN_BUCKET) -> tuple[Tokens, Tokens]:
+    """Two lists of token rows padded to one shared length bucket (at least ``min_bucket``)."""
+    both, n = pad(tokenizer, [*a, *b], max_length, min_bucket=min_bucket), len(a)
     return Tokens(both.ids[:n], both.mask[:n]), Tokens(both.ids[n:], both.mask[n:])
 
 
@@ -75,10 +84,11 @@ def critic_batch(
     terminals: Sequence[bool],
     *,
     max_length: int = 512,
+    min_action_bucket: int = MIN_BUCKET,
 ) -> CriticBatch:
     """Transitions and fresh policy actions ``a_π``, in critic token rows, as a critic batch."""
     obs, next_obs = pad_pair(tokenizer, observations, next_observations, max_length)
-    act, pi_act = pad_pair(tokenizer, actions, pi_actions, max_length)
+    act, pi_act = pad_pair(tokenizer, actions, pi_actions, max_length, min_bucket=min_action_bucket)
     return CriticBatch(obs, act, next_obs, pi_act, np.asarray(rewards, np.float32), np.asarray(terminals, np.float32))
 
 
@@ -90,6 +100,7 @@ def actor_batch(
     critic_actions: Sequence[np.ndarray],
     *,
     max_length: int = 512,
+    min_action_bucket: int = MIN_BUCKET,
 ) -> ActorBatch:
     """Policy tokens of the observations (left-padded) and of ``a_π`` (right-padded, e.g. from
     :func:`right_padded` on the sampler's output), plus both in critic token rows."""
@@ -97,7 +108,7 @@ def actor_batch(
         observation,
         action,
         pad(critic_tokenizer, critic_observations, max_length),
-        pad(critic_tokenizer, critic_actions, max_length),
+        pad(critic_tokenizer, critic_actions, max_length, min_bucket=min_action_bucket),
     )
 
 
@@ -108,7 +119,10 @@ def bc_batch(
     *,
     max_length: int = 512,
     max_action_length: int = 64,
+    min_action_bucket: int = MIN_BUCKET,
 ) -> BCBatch:
     """Observation rows (left-padded) and action rows (right-padded) in policy tokens."""
     obs = pad(tokenizer, observations, max_length)
-    return BCBatch(obs, pad_rows(actions, tokenizer.pad_token_id, left=False, max_length=max_action_length))
+    act = pad_rows(actions, tokenizer.pad_token_id, left=False, max_length=max_action_length,
+                   min_bucket=min(min_action_bucket, max_action_length))
+    return BCBatch(obs, act)

@@ -31,7 +31,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from archer_jax import sharding as shd
-from archer_jax.errors import TrainingError
+from archer_jax.errors import ConfigError, TrainingError
 from archer_jax.precision import program_name
 
 log = logging.getLogger(__name__)
@@ -177,10 +177,15 @@ class StepProgram:
         if self.fixed is not None:
             size = min(self.fixed, rows)
             if size not in sizes:
-                raise ValueError(f"micro_batch_size {self.fixed} does not cut a batch of {rows} into equal micro-batches "
+                raise ConfigError(f"learner.micro_batch_size {self.fixed} does not cut a batch of {rows} into equal micro-batches "
                                  f"that split over the mesh's batch axes ({multiple} = data x fsdp); try one of {sizes}")
             return Layout(size, rows // size)
         free = (self.free_bytes or device_free_bytes)(list(self.mesh.devices.flat))
+        if jax.process_count() > 1:  # every process must compile the same program: the least free memory
+            from jax.experimental import multihost_utils
+
+            known = multihost_utils.process_allgather(np.int64(-1 if free is None else free))
+            free = None if (known < 0).all() else int(known[known >= 0].min())
         if free is None:
             return Layout(rows, 1)
         budget = HEADROOM * free

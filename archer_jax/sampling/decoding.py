@@ -372,6 +372,13 @@ def prompt_limit(n_positions: int, max_prompt_length: int | None, max_new_tokens
     return max_prompt_length
 
 
+# The shortest prompt bucket. Padding a short prompt is cheap (a first turn's prompt of 8-30
+# tokens becomes 64: a few more KV-cache slots read per decoded token), and every bucket below 64
+# was a prefill and a decode program of its own: a 20Q run compiled 16 and 32 as well (2 + 2
+# programs, ~4 s of compilation at the tiny preset on a CPU, more at GPT-2 size).
+MIN_PROMPT_BUCKET = 64
+
+
 class Decoder:
     """Samples token ids from a GPT-2 policy on device; compiled once per (bucket, sampling setting).
 
@@ -387,7 +394,7 @@ class Decoder:
       rules: logical-axis rules for the parameters (:data:`archer_jax.sharding.DEFAULT_RULES`).
       max_prompt_length: the longest prompt in tokens (default: the model's ``n_positions``
         minus ``max_new_tokens``).
-      min_prompt_bucket: the shortest prompt length bucket.
+      min_prompt_bucket: the shortest prompt length bucket (:data:`MIN_PROMPT_BUCKET`).
       matmul_precision: the programs' matmul precision (:mod:`archer_jax.precision`; None: the
         ambient ``jax.default_matmul_precision``).
     """
@@ -401,7 +408,7 @@ class Decoder:
         mesh: Mesh | None = None,
         rules: shd.Rules = shd.DEFAULT_RULES,
         max_prompt_length: int | None = None,
-        min_prompt_bucket: int = 16,
+        min_prompt_bucket: int | None = None,
         matmul_precision: str | None = None,
     ):
         self.graphdef, state = nnx.split(model)
@@ -410,7 +417,7 @@ class Decoder:
         self.mesh = mesh if mesh is not None else shd.single_device_mesh()
         self.rules = rules
         self.max_prompt_length = max_prompt_length
-        self.min_prompt_bucket = min_prompt_bucket
+        self.min_prompt_bucket = MIN_PROMPT_BUCKET if min_prompt_bucket is None else min_prompt_bucket
         self.matmul_precision = matmul_precision
         self.pad_id = int(pad_id)
         self.param_shardings = shd.state_shardings(state, self.mesh, rules)

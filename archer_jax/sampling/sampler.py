@@ -101,7 +101,7 @@ class Sampler:
       rules: logical-axis rules for the parameters (:data:`archer_jax.sharding.DEFAULT_RULES`).
       max_prompt_length: prompts are truncated from the left to this many tokens (default: the
         model's ``n_positions`` minus ``max_new_tokens``).
-      min_prompt_bucket: the shortest prompt length bucket.
+      min_prompt_bucket: the shortest prompt length bucket (default ``decoding.MIN_PROMPT_BUCKET``, 64).
       matmul_precision: the programs' matmul precision (:mod:`archer_jax.precision`; None: ambient).
 
     The device work is ``self.decoder``'s (:class:`Decoder`): the attributes below read through to it.
@@ -115,7 +115,7 @@ class Sampler:
         mesh: Mesh | None = None,
         rules: shd.Rules = shd.DEFAULT_RULES,
         max_prompt_length: int | None = None,
-        min_prompt_bucket: int = 16,
+        min_prompt_bucket: int | None = None,
         matmul_precision: str | None = None,
     ):
         self.tokenizer = tokenizer
@@ -200,7 +200,8 @@ class Sampler:
             encoded.input_ids, encoded.attention_mask, key, sampling, model_state=model_state, samples=samples
         )
         rows = encoded.input_ids.shape[0] * samples
-        out = jax.device_get(jax.tree.map(lambda a: a[:rows], out))
+        # Cut the padding rows off on the host: a slice of a device array compiles a program per shape.
+        out = jax.tree.map(lambda a: np.asarray(a)[:rows], jax.device_get(out))
         return self._finish(out, sampling, encoded)
 
     def _finish(self, out: SampledTokens, sampling: SamplingParams, prompt: Tokens) -> Generation:

@@ -102,7 +102,7 @@ def test_free_memory_is_read_from_the_devices():
 
 def test_a_fixed_micro_batch_must_cut_the_batch(tiny_dirs, tokenizers):
     learner = learners.Learner(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=5))
-    with pytest.raises(ValueError, match=r"micro_batch_size 5 does not cut a batch of 16 .* try one of \[16, 8, 4, 2, 1\]"):
+    with pytest.raises(ValueError, match=r"learner.micro_batch_size 5 does not cut a batch of 16 .* try one of \[16, 8, 4, 2, 1\]"):
         learner.critic_step(learner.init_critic(), critic_batch(tokenizers, n=16))
     larger = learners.Learner(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=64))
     larger.critic_step(larger.init_critic(), critic_batch(tokenizers, n=16))  # one micro-batch of the whole step
