@@ -3,7 +3,7 @@
     acting = Acting(sampler, pipeline, sampling=SamplingParams(...), critic_graphdef=graphdef)
     acting.sample(policy_params, observations, key)             # a ~ π(·|s), or greedy
     acting.pi_actions(policy_params, replay_rows, key)          # fresh a_π for the critic's V-target
-    acting.actor_batch(policy_params, sample, key)   # a_π with its tokens
+    acting.actor_batch(policy_params, sample, key)   # a_π with its tokens (each host its share)
     acting.chai(policy_params, target_params, observations, key)           # CHAI's choice
 
 Every call takes the parameters to act with (the policy's, and the target critic's for CHAI), so
@@ -23,10 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from archer_jax import sharding as shd
+from archer_jax.distributed import allgather_objects, concat_gathered, host_share
 from archer_jax.input_pipeline import InputPipeline
-from archer_jax.learners.batches import ActorBatch, actor_batch, right_padded
+from archer_jax.learners.batches import ActorBatch, actor_batch
 from archer_jax.learners.selection import chai_select
-from archer_jax.models.tokenizer import Tokens, encode, next_power_of_two, token_rows
+from archer_jax.models.tokenizer import Tokens, encode, next_power_of_two, pad_rows, token_rows
 from archer_jax.precision import traced_with
 from archer_jax.sampling import Generation, Sampler, SamplingParams
 
@@ -70,13 +72,14 @@ def chai_actions(
     k: int = 5,
     model_state: nnx.State | None = None,
     max_length: int = 512,
+    row_ids: Sequence[int] | None = None,
 ) -> ChaiChoice:
     """For each observation, ``k`` samples from the (frozen) policy scored by the target critic's
     ``min(Q̄1, Q̄2)``; the highest-scoring one is chosen. The prompt is run through the policy
     once per observation (the sampler's fan-out) and encoded once by the critic."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    generation = sampler.generate(observations, key, sampling, model_state=model_state, samples=k)
+    generation = sampler.generate(observations, key, sampling, model_state=model_state, samples=k, row_ids=row_ids)
     rows = next_power_of_two(len(observations))
     obs = _pad_batch(encode(critic_tokenizer, observations, max_length=max_length), rows)
     act = _pad_batch(encode(critic_tokenizer, generation.texts, max_length=max_length), rows * k)
@@ -86,6 +89,58 @@ def chai_actions(
     index = np.asarray(chai_select(q1, q2))
     texts = [generation.texts[i * k + j] for i, j in enumerate(index)]
     return ChaiChoice(texts, index, np.asarray(jnp.minimum(q1, q2)), generation)
+
+
+class ActorRows(NamedTuple):
+    """An actor batch's rows before padding: what one host samples for its share of a step."""
+
+    prompts: list[np.ndarray]  # policy ids of each observation, as the sampler truncated it
+    actions: list[np.ndarray]  # the sampled a_π ids, stop token included
+    critic_observations: list[np.ndarray]
+    critic_actions: list[np.ndarray]  # a_π's text in critic ids
+
+    def __add__(self, other: ActorRows) -> ActorRows:
+        return ActorRows(*(a + b for a, b in zip(self, other)))
+
+
+def sampled_actor_rows(
+    sampler: Sampler,
+    critic_tokenizer,
+    policy_observations: Sequence[np.ndarray],
+    critic_observations: Sequence[np.ndarray],
+    key: jax.Array,
+    sampling: SamplingParams,
+    *,
+    model_state: nnx.State | None = None,
+    max_length: int = 512,
+    row_ids: Sequence[int] | None = None,
+) -> tuple[ActorRows, Generation]:
+    """Draws a fresh ``a_π ~ π(·|s)`` for observations in policy and critic token rows (the
+    replay buffer's). The policy rows are the sampler's own (its prompt encoding and the sampled
+    ids, stop token included), so the actor trains on exactly what was sampled; only the sampled
+    texts are tokenized again, for the critic. Returns ``(rows, generation)``."""
+    generation = sampler.generate_rows(policy_observations, key, sampling, model_state=model_state, row_ids=row_ids)
+    prompt = generation.prompt
+    rows = ActorRows(
+        [ids[mask == 1] for ids, mask in zip(prompt.input_ids, prompt.attention_mask)],
+        [tokens[:n] for tokens, n in zip(generation.tokens, generation.lengths)],
+        list(critic_observations),
+        token_rows(critic_tokenizer, generation.texts, max_length=max_length),
+    )
+    return rows, generation
+
+
+def actor_batch_of(rows: ActorRows, sampler: Sampler, critic_tokenizer, sampling: SamplingParams, *,
+                   max_length: int = 512, min_action_bucket: int = 16) -> ActorBatch:
+    """The actor batch of ``rows``: prompts left-padded to the sampler's bucket, ``a_π`` right-padded
+    to ``max_new_tokens``, the critic's rows to theirs."""
+    limit = sampler.prompt_limit(sampling)
+    observation = pad_rows(rows.prompts, sampler.pad_id, left=True, max_length=limit,
+                           min_bucket=min(sampler.min_prompt_bucket, limit))
+    new = sampling.max_new_tokens
+    action = pad_rows(rows.actions, sampler.pad_id, left=False, max_length=new, length=new)
+    return actor_batch(observation, action, critic_tokenizer, rows.critic_observations, rows.critic_actions,
+                       max_length=max_length, min_action_bucket=min_action_bucket)
 
 
 def sampled_actor_batch(
@@ -100,28 +155,22 @@ def sampled_actor_batch(
     max_length: int = 512,
     min_action_bucket: int = 16,
 ) -> tuple[ActorBatch, Generation]:
-    """Draws a fresh ``a_π ~ π(·|s)`` for observations in policy and critic token rows (the
-    replay buffer's) and builds the actor batch from it.
-
-    The policy tokens are the sampler's own (its prompt encoding and the sampled ids, stop token
-    included), so the actor trains on exactly what was sampled; only the sampled texts are
-    tokenized again, for the critic. Returns ``(batch, generation)``.
-    """
-    generation = sampler.generate_rows(policy_observations, key, sampling, model_state=model_state)
-    batch = actor_batch(
-        generation.prompt,
-        right_padded(generation.tokens, generation.lengths, sampler.pad_id),
-        critic_tokenizer,
-        critic_observations,
-        token_rows(critic_tokenizer, generation.texts, max_length=max_length),
-        max_length=max_length,
-        min_action_bucket=min_action_bucket,
-    )
+    """:func:`sampled_actor_rows` laid out as an actor batch (:func:`actor_batch_of`)."""
+    rows, generation = sampled_actor_rows(sampler, critic_tokenizer, policy_observations, critic_observations, key,
+                                          sampling, model_state=model_state, max_length=max_length)
+    batch = actor_batch_of(rows, sampler, critic_tokenizer, sampling, max_length=max_length,
+                           min_action_bucket=min_action_bucket)
     return batch, generation
 
 
 class Acting:
-    """An agent's acting rules over one sampler, with the parameters passed to every call."""
+    """An agent's acting rules over one sampler, with the parameters passed to every call.
+
+    With several processes (:mod:`archer_jax.distributed`) the sampler runs on this host's devices:
+    parameters are brought to them (``localize``), rollouts act on this host's games (``rows``: their
+    global numbers key the samples), and the ``a_π`` of a learner batch is drawn for this host's
+    share of its rows and gathered, so every host builds the same global batch.
+    """
 
     def __init__(
         self,
@@ -138,28 +187,61 @@ class Acting:
         self.greedy = dataclasses.replace(sampling, greedy=True)
         self.critic_graphdef = critic_graphdef
         self.chai_samples = chai_samples
+        self._local: tuple = (None, None)
 
-    def sample(self, policy: nnx.State, observations: Sequence[str], key: jax.Array, *, greedy: bool = False) -> list[str]:
-        """One utterance per observation from the policy (sampled, or greedy)."""
+    def localize(self, params: nnx.State) -> nnx.State:
+        """``params`` on the sampler's devices (the same object in a single process)."""
+        if self._local[0] is not params:  # one copy per parameter state: critic steps reuse the policy's
+            self._local = (params, shd.localize(params, self.sampler.mesh))
+        return self._local[1]
+
+    def sample(self, policy: nnx.State, observations: Sequence[str], key: jax.Array, *, greedy: bool = False,
+               rows: Sequence[int] | None = None) -> list[str]:
+        """One utterance per observation from the policy (sampled, or greedy); ``rows`` number the
+        observations' dialogues (their samples' keys)."""
         sampling = self.greedy if greedy else self.sampling
-        return self.sampler.generate(observations, key, sampling, model_state=policy).texts
+        return self.sampler.generate(observations, key, sampling, model_state=self.localize(policy), row_ids=rows).texts
 
     def pi_actions(self, policy: nnx.State, policy_rows: Sequence[np.ndarray], key: jax.Array) -> list[str]:
-        """A fresh ``a_π ~ π(·|s)`` per observation given in policy token rows."""
-        return self.sampler.generate_rows(policy_rows, key, self.sampling, model_state=policy).texts
+        """A fresh ``a_π ~ π(·|s)`` per observation given in policy token rows (this host draws its
+        share; every host gets all)."""
+        share = host_share(len(policy_rows))
+        texts = []
+        if len(share):
+            texts = self.sampler.generate_rows(policy_rows[share.start:share.stop], key, self.sampling,
+                                               model_state=self.localize(policy), row_ids=share).texts
+        return concat_gathered(texts)
 
-    def chai(self, policy: nnx.State, target: nnx.State, observations: Sequence[str], key: jax.Array) -> ChaiChoice:
+    def chai(self, policy: nnx.State, target: nnx.State, observations: Sequence[str], key: jax.Array,
+             rows: Sequence[int] | None = None) -> ChaiChoice:
         """CHAI's choice: the best of ``chai_samples`` samples by the target critic (``target``)."""
         return chai_actions(
-            self.sampler, self.critic_graphdef, target, self.pipeline.critic_tokenizer, observations, key,
-            self.sampling, k=self.chai_samples, model_state=policy, max_length=self.pipeline.max_critic_length,
+            self.sampler, self.critic_graphdef, self.localize_critic(target), self.pipeline.critic_tokenizer,
+            observations, key, self.sampling, k=self.chai_samples, model_state=self.localize(policy),
+            max_length=self.pipeline.max_critic_length, row_ids=rows,
         )
+
+    def chai_texts(self, policy: nnx.State, target: nnx.State, observations: Sequence[str], key: jax.Array) -> list[str]:
+        """CHAI's choice for every observation of a learner batch (this host's share, gathered)."""
+        share = host_share(len(observations))
+        texts = []
+        if len(share):
+            texts = self.chai(policy, target, list(observations[share.start:share.stop]), key, rows=share).texts
+        return concat_gathered(texts)
+
+    def localize_critic(self, params: nnx.State) -> nnx.State:
+        return shd.localize(params, self.sampler.mesh)
 
     def actor_batch(self, policy: nnx.State, sample: dict, key: jax.Array) -> ActorBatch:
         """The actor batch of a replay sample with a fresh ``a_π`` for each observation."""
-        batch, _ = sampled_actor_batch(
-            self.sampler, self.pipeline.critic_tokenizer, sample["policy_observation"], sample["critic_observation"],
-            key, self.sampling, model_state=policy,
-            max_length=self.pipeline.max_critic_length, min_action_bucket=self.pipeline.action_bucket,
-        )
-        return batch
+        share = host_share(len(sample["policy_observation"]))
+        rows = ActorRows([], [], [], [])
+        if len(share):
+            rows, _ = sampled_actor_rows(
+                self.sampler, self.pipeline.critic_tokenizer, sample["policy_observation"][share.start:share.stop],
+                sample["critic_observation"][share.start:share.stop], key, self.sampling,
+                model_state=self.localize(policy), max_length=self.pipeline.max_critic_length, row_ids=share,
+            )
+        rows = functools.reduce(ActorRows.__add__, allgather_objects(rows))
+        return actor_batch_of(rows, self.sampler, self.pipeline.critic_tokenizer, self.sampling,
+                              max_length=self.pipeline.max_critic_length, min_action_bucket=self.pipeline.action_bucket)

@@ -26,13 +26,15 @@ from archer_jax.replay import ReplayBuffer
 
 
 class ReplayHandler(ocp.CheckpointHandler):
-    """Saves a :class:`ReplayBuffer` (each process its own, under ``process_<index>``)."""
+    """Saves a :class:`ReplayBuffer` under ``process_0``. With several processes every host holds
+    the same replica (:mod:`archer_jax.distributed`): the primary writes it and every host reads it."""
 
     def _directory(self, directory) -> Path:
-        return Path(os.fspath(directory)) / f"process_{jax.process_index()}"
+        return Path(os.fspath(directory)) / "process_0"
 
     def save(self, directory, args: ReplaySave):
-        args.buffer.save(self._directory(directory))
+        if jax.process_index() == 0:
+            args.buffer.save(self._directory(directory))
 
     def restore(self, directory, args: ReplayRestore | None = None) -> ReplayBuffer:
         return ReplayBuffer.restore(self._directory(directory))

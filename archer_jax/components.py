@@ -14,9 +14,10 @@ from pathlib import Path
 import jax
 from flax import nnx
 
-from archer_jax import agents
+from archer_jax import agents, memory_plan
 from archer_jax import sharding as shd
 from archer_jax.acting import Acting
+from archer_jax.distributed import host_share
 from archer_jax.envs import registry
 from archer_jax.envs.pool import EnvPool
 from archer_jax.input_pipeline import InputPipeline
@@ -24,6 +25,7 @@ from archer_jax.learners import registry as actor_losses
 from archer_jax.learners.actor import Actor
 from archer_jax.learners.critic import DoubleCritic
 from archer_jax.learners.learner import Learner, LearnerConfig
+from archer_jax.learners.micro_batching import auto_limit
 from archer_jax.learners.train_state import States
 from archer_jax.models import load_gpt2, load_roberta, load_tokenizer
 from archer_jax.models.tiny import model_directory
@@ -40,7 +42,8 @@ class Components:
         self.workdir = Path(workdir)
         self.agent = agents.get(c.agent)
         self.key = jax.random.key(c.seed)
-        self.mesh = shd.make_mesh(**c.mesh.to_dict())
+        self.mesh = shd.make_mesh(**c.mesh.to_dict())  # every process's devices
+        self.local_mesh = shd.local_mesh(self.mesh)  # this process's: its sampler plays its games
         dtype = compute_dtype(c.model.dtype, self.mesh.devices.flat[0].platform)
         precision = c.model.matmul_precision
 
@@ -48,7 +51,7 @@ class Components:
         policy_tokenizer = load_tokenizer(policy_dir)
         policy = load_gpt2(policy_dir, dtype=dtype, remat=c.model.remat)
         room = policy.config.n_positions - c.sampling.max_new_tokens
-        sampler = Sampler(policy, policy_tokenizer, mesh=self.mesh, max_prompt_length=min(c.model.max_prompt_length, room),
+        sampler = Sampler(policy, policy_tokenizer, mesh=self.local_mesh, max_prompt_length=min(c.model.max_prompt_length, room),
                           matmul_precision=precision)
         self.actor_module = Actor(
             policy, token_baseline=actor_losses.get_actor_loss(c.learner.actor_loss).needs_baseline, rngs=nnx.Rngs(c.seed)
@@ -60,7 +63,11 @@ class Components:
             encoder = load_roberta(critic_dir, dtype=dtype, remat=c.model.remat, seed=c.seed)
             critic = DoubleCritic(encoder, embedding=c.model.critic_embedding, rngs=nnx.Rngs(c.seed))
             max_critic_length = min(max_critic_length, encoder.config.max_position_embeddings - 2)
-        self.learner = Learner(self.actor_module, critic, LearnerConfig(**c.learner), mesh=self.mesh, matmul_precision=precision)
+        self._encoder_config = encoder.config if critic is not None else None
+        self._compute_bytes = dtype.itemsize
+        platform = self.mesh.devices.flat[0].platform
+        self.learner = Learner(self.actor_module, critic, LearnerConfig(**c.learner), mesh=self.mesh, matmul_precision=precision,
+                               micro_batch_limit=auto_limit(platform, c.batch_size))
         self.pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, sampler.max_prompt_length, max_critic_length,
                                       c.sampling.max_new_tokens)
         self.acting = Acting(
@@ -68,10 +75,21 @@ class Components:
             critic_graphdef=self.learner.critic_graphdef if critic is not None else None, chai_samples=c.chai_samples,
         )
         self.batch = c.batch_size * c.grad_accum_steps
-        self.pool = EnvPool(
-            registry.env_factory(c), max(c.rollout_size, c.eval_size), num_workers=c.env.workers, timeout_s=c.env.timeout_s
-        )
+        envs = max(len(host_share(c.rollout_size)), len(host_share(c.eval_size)), 1)  # this host's games
+        self.pool = EnvPool(registry.env_factory(c), envs, num_workers=c.env.workers, timeout_s=c.env.timeout_s)
         self.watchdog = StepMetrics(c.max_nonfinite_steps)
+
+    def largest_activation(self) -> memory_plan.Activation:
+        """The largest activation of a learner step on one device (:mod:`archer_jax.memory_plan`)."""
+        c, policy = self.config, self.actor_module.policy.config
+        encoder = self._encoder_config
+        return memory_plan.largest_activation(
+            rows=self.batch, mesh=self.mesh, policy_length=self.pipeline.max_prompt_length + c.sampling.max_new_tokens,
+            action_length=c.sampling.max_new_tokens, vocab=policy.vocab_size, policy_width=policy.n_embd,
+            policy_heads=policy.n_head, critic_length=self.pipeline.max_critic_length if encoder else 0,
+            critic_width=encoder.hidden_size if encoder else 0, critic_heads=encoder.num_attention_heads if encoder else 0,
+            compute_bytes=self._compute_bytes,
+        )
 
     def init_states(self) -> States:
         """Fresh states: the networks' initial parameters, fresh Adam, target = critic."""
@@ -86,7 +104,8 @@ class Components:
         c = self.config
         config = LearnerConfig(actor_lr=c.sft.lr, max_grad_norm=c.learner.max_grad_norm, actor_loss=c.learner.actor_loss,
                                micro_batch_size=c.learner.micro_batch_size)
-        return Learner(self.actor_module, None, config, mesh=self.mesh, matmul_precision=self.config.model.matmul_precision)
+        return Learner(self.actor_module, None, config, mesh=self.mesh, matmul_precision=self.config.model.matmul_precision,
+                       micro_batch_limit=auto_limit(self.mesh.devices.flat[0].platform, c.sft.batch_size))
 
     def policy(self, states: States):
         """The policy's parameters in ``states`` (what the sampler acts with)."""

@@ -23,6 +23,8 @@ class LoopState:
     evals: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # greedy evaluations (iteration 0: before)
     sft: dict[str, Any] | None = None  # the warm start's summary, if there was one
     wall_time_s: float = 0.0
+    # Several processes: at each checkpoint, the digest of the parameters every host holds (they agree).
+    host_digests: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The checkpoint's ``loop`` item."""

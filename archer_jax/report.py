@@ -102,13 +102,15 @@ def write_summary(workdir: Path, summary: Mapping[str, Any]) -> Path:
 
 def plot_learning_curve(workdir: Path, evals: Sequence[Mapping[str, float]], title: str) -> Path:
     """``learning_curve.png``: greedy eval return and success rate against env samples."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A Figure drawn on an Agg canvas: no pyplot, so the caller's matplotlib backend is left alone
+    # (matplotlib.use("Agg") here would switch a notebook's inline plots off).
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     samples = [e["env_samples"] for e in evals]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    fig = Figure(figsize=(6.4, 4.0), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     ax.plot(samples, [e["eval/return"] for e in evals], "o-", color="tab:blue", label="eval return")
     ax.set_xlabel("env samples (transitions collected)")
     ax.set_ylabel("greedy eval return", color="tab:blue")
@@ -121,5 +123,4 @@ def plot_learning_curve(workdir: Path, evals: Sequence[Mapping[str, float]], tit
     fig.tight_layout()
     path = Path(workdir) / CURVE
     fig.savefig(path)
-    plt.close(fig)
     return path

@@ -3,8 +3,10 @@
     episodes = rollout.play(pool, act, seeds=range(32), max_turns=20)
     rollout.summarize(episodes)   # {"return": ..., "success": ..., "length": ...}
 
-``act(observations, turn) -> actions`` is called once per turn with the observations of the
-dialogues still running (the sampler, CHAI, or a scripted expert behind it). An action of None
+``act(observations, turn, games) -> actions`` is called once per turn with the observations of
+the dialogues still running and their positions in ``seeds`` (the sampler, CHAI, or a scripted
+expert behind it; the sampler keys each dialogue's samples by its game, so they do not depend on
+which other games are still running). An action of None
 ends its dialogue there, untaken (a walkthrough that has run out, an expert with nothing to say).
 This is the library's one play loop: training rollouts, evaluations and SFT demonstrations all
 come from it.
@@ -19,7 +21,7 @@ import numpy as np
 
 from archer_jax.envs.pool import EnvPool
 
-Act = Callable[[list[str], int], Sequence[str | None]]
+Act = Callable[[list[str], int, list[int]], Sequence[str | None]]
 
 
 @dataclasses.dataclass
@@ -65,7 +67,7 @@ def play(
     for turn in range(max_turns):
         if not running:
             break
-        actions = list(act([observations[i] for i in running], turn))
+        actions = list(act([observations[i] for i in running], turn, list(running)))
         if len(actions) != len(running):
             raise ValueError(f"act returned {len(actions)} actions for {len(running)} observations")
         step_actions: list[str | None] = [None] * pool.num_envs

@@ -30,7 +30,7 @@ from archer_jax.learners.train_state import TrainState
 def _play_one(pool: EnvPool, choose: Callable[[str], str | None], seed: int, turns: int, pairs: tuple[list, list]) -> None:
     """Plays one episode in ``pool``'s env, ``choose`` picking each action (None: stop), and
     appends each (observation, action) to ``pairs``."""
-    (episode,) = rollout.play(pool, lambda observations, _: [choose(observations[0])], [seed], max_turns=turns)
+    (episode,) = rollout.play(pool, lambda observations, *_: [choose(observations[0])], [seed], max_turns=turns)
     pairs[0].extend(episode.observations)
     pairs[1].extend(episode.actions)
 

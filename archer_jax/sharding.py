@@ -139,3 +139,57 @@ def batch_sharding(mesh: Mesh, ndim: int = 2, batch_dim: int = 0) -> NamedShardi
 
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
+
+
+# ---- several processes ----------------------------------------------------------------------
+# With several processes (hosts), a run's mesh spans every host's devices, and the sampler runs on
+# this host's devices alone (each host plays its own games): see archer_jax.distributed.
+
+
+def local_mesh(mesh: Mesh) -> Mesh:
+    """``mesh`` itself in a single process; else a mesh over this process's devices with the same
+    axes (``fsdp`` and ``tensor`` kept where they fit in one host, the rest on ``data``)."""
+    if jax.process_count() == 1:
+        return mesh
+    devices = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+    tensor = math.gcd(mesh.shape["tensor"], len(devices))
+    fsdp = math.gcd(mesh.shape["fsdp"], len(devices) // tensor)
+    return make_mesh(len(devices) // (tensor * fsdp), fsdp, tensor, devices=devices)
+
+
+def localize(tree: Any, mesh: Mesh) -> Any:
+    """Arrays of a multi-process mesh as whole copies on ``mesh`` (this process's devices,
+    :func:`local_mesh`), e.g. the policy's parameters for this host's sampler. An array sharded
+    across hosts is gathered first (on device); a replicated one is only re-wrapped. A single
+    process's arrays are returned as they are."""
+    if jax.process_count() == 1:
+        return tree
+    replicated = NamedSharding(mesh, PartitionSpec())
+
+    def local(x):
+        if not isinstance(x, jax.Array) or x.is_fully_addressable:
+            return jax.device_put(x, replicated)
+        if not x.sharding.is_fully_replicated:
+            x = jax.jit(lambda a: a, out_shardings=NamedSharding(x.sharding.mesh, PartitionSpec()))(x)
+        shards = {shard.device: shard.data for shard in x.addressable_shards}
+        return jax.make_array_from_single_device_arrays(x.shape, replicated, [shards[d] for d in mesh.devices.flat])
+
+    return jax.tree.map(local, tree)
+
+
+def global_arrays(tree: Any, shardings: Any) -> Any:
+    """Host NumPy arrays (the same values on every process) as global arrays with ``shardings``
+    (one per leaf, or one for all); in a single process they are returned as they are, for
+    ``jax.jit`` to place."""
+    if jax.process_count() == 1:
+        return tree
+    if isinstance(shardings, jax.sharding.Sharding):
+        shardings = jax.tree.map(lambda _: shardings, tree)
+
+    def place(x, sharding):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return x
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree.map(place, tree, shardings)

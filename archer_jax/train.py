@@ -16,6 +16,10 @@ The loop (ArCHer, Zhou et al. 2024, Algorithm 1, online), in :func:`train_and_ev
     summary.json, learning_curve.png
 
 A workdir that already holds a checkpoint is resumed from its latest complete one, exactly.
+
+Several hosts (a TPU pod slice, or ``--coordinator/--num_processes/--process_id`` on every host)
+run the same command; each plays its share of the games and the learner steps span every host's
+devices (:mod:`archer_jax.distributed`, ``docs/multihost.md``). The primary host writes the reports.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
-from archer_jax import agents, report, rollout, sft
+from archer_jax import agents, distributed, memory_plan, report, rollout, sft
 from archer_jax.agents.agent import timed
 from archer_jax.agents.rollouts import collect, evaluate, store
 from archer_jax.checkpoint import Checkpoints
@@ -50,6 +54,10 @@ log = logging.getLogger("archer_jax")
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, summary.json and the plot.")
+_COORDINATOR = flags.DEFINE_string("coordinator", None, "Several processes: the coordinator's host:port "
+                                   "(env ARCHER_JAX_COORDINATOR; TPU pod slices need none of these three).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Several processes: how many (env ARCHER_JAX_NUM_PROCESSES).")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "Several processes: this one's index (env ARCHER_JAX_PROCESS_ID).")
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict[str, Any]:
@@ -58,7 +66,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     _use_compilation_cache(config.compilation_cache)
     workdir = Path(workdir).expanduser()
     workdir.mkdir(parents=True, exist_ok=True)
-    _record_config(config, workdir)
+    if distributed.is_primary():
+        _record_config(config, workdir)
     c, started = config, time.time()
     run = Components(c, workdir)
     agent = run.agent
@@ -100,6 +109,7 @@ def _start_or_resume(run: Components, agent: agents.Agent, checkpoints: Checkpoi
     ones after the SFT warm start and the "before" evaluation (saved as checkpoint 0)."""
     c = run.config
     states = run.init_states()
+    log.info("%s", memory_plan.describe(run.mesh, states, run.largest_activation()))
     latest = checkpoints.latest()
     if latest is not None:
         actor, critic, replay, loop = checkpoints.restore(latest, actor=states.actor, critic=states.critic)
@@ -141,6 +151,8 @@ def _record_iteration(run: Components, loop: LoopState, writers: report.Writers,
 
 
 def _save(checkpoints: Checkpoints, step: int, states: States, replay, loop: LoopState) -> None:
+    if distributed.multiprocess():  # every host must hold the same replicated parameters
+        loop.host_digests[str(step)] = distributed.assert_hosts_agree(states, f"parameters at iteration {step}")
     checkpoints.save(step, actor=states.actor, critic=states.critic, replay=replay, loop=loop.to_json())
 
 
@@ -226,6 +238,8 @@ def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: LoopState, resume
         wall_time_s=loop.wall_time_s,
         resumed_at_iteration=resumed_at or None,
     )
+    if not distributed.is_primary():  # every host holds the same loop state; one writes it
+        return summary
     report.write_summary(workdir, summary)
     report.plot_learning_curve(workdir, evals, f"{c.agent} on {c.env.name}")
     with (workdir / report.HISTORY).open("w") as f:
@@ -242,7 +256,12 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if _WORKDIR.value is None:
         sys.exit("error: --workdir is required (checkpoints, metrics and summary.json go there)")
-    logging.getLogger("archer_jax").setLevel(logging.INFO)
+    try:
+        distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    except distributed.DistributedError as e:
+        sys.exit(f"error: {e}")
+    # Every process trains; the primary one talks (the others only warn).
+    logging.getLogger("archer_jax").setLevel(logging.INFO if distributed.is_primary() else logging.WARNING)
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax and clu log every file they write
     try:
         config = _CONFIG.value

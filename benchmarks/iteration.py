@@ -39,6 +39,7 @@ import numpy as np
 from flax import nnx
 
 from archer_jax import learners, models, sharding
+from archer_jax.learners import micro_batching
 from archer_jax.models import tiny
 from archer_jax.sampling import Sampler, SamplingParams
 from common import RESULTS, decode_floor_s, machine, peak_bandwidth, peak_flops, print_table, write_result
@@ -60,7 +61,9 @@ class JaxArcher:
         mesh = sharding.make_mesh()
         config = learners.LearnerConfig(gamma=w.gamma, tau=w.tau, critic_lr=w.critic_lr, actor_lr=w.lm_lr,
                                         max_grad_norm=w.max_grad_norm, micro_batch_size=micro_batch_size)
-        self.learner = learners.Learner(learners.Actor(policy), critic, config, mesh=mesh)
+        # As the train app: on CPUs "auto" stays at the official micro-batch (micro_batching.auto_limit).
+        limit = micro_batching.auto_limit(jax.default_backend(), w.batch)
+        self.learner = learners.Learner(learners.Actor(policy), critic, config, mesh=mesh, micro_batch_limit=limit)
         self.sampler = Sampler(policy, tokenizer, mesh=mesh)
         self.params = SamplingParams(max_new_tokens=w.new_tokens, temperature=w.temperature, top_p=w.top_p,
                                      stop_strings=(), stop_at_eos=False)

@@ -13,10 +13,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 
 LAYERS = [
-    ("archer_jax", "errors", "xla_flags", "sharding", "precision"),
+    ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed"),
     ("models", "envs"),
     ("learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
-     "tensorboard_writer"),
+     "tensorboard_writer", "memory_plan"),
     ("acting", "sft"),
     ("agents",),
     ("components", "config"),

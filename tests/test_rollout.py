@@ -14,7 +14,7 @@ from archer_jax.envs.twenty_questions import SUBSET, TwentyQuestionsSubset
 def test_optimal_expert_episodes_are_recorded_turn_by_turn():
     player = expert("optimal", universe=SUBSET)
     with EnvPool(functools.partial(TwentyQuestionsSubset), num_envs=6) as pool:
-        episodes = rollout.play(pool, lambda obs, turn: [player.act(o) for o in obs], seeds=range(5), max_turns=20)
+        episodes = rollout.play(pool, lambda obs, turn, games: [player.act(o) for o in obs], seeds=range(5), max_turns=20)
     assert len(episodes) == 5
     for e in episodes:
         assert e.success and not e.truncated and e.terminals[-1] and not any(e.terminals[:-1])
@@ -34,7 +34,7 @@ def test_optimal_expert_episodes_are_recorded_turn_by_turn():
 def test_episodes_still_running_after_max_turns_are_cut_as_truncated():
     calls = []
 
-    def stubborn(obs, turn):
+    def stubborn(obs, turn, games):
         calls.append(len(obs))
         return ["Is it alive?"] * len(obs)  # never guesses
 
@@ -49,6 +49,6 @@ def test_episodes_still_running_after_max_turns_are_cut_as_truncated():
 def test_bad_act_and_too_many_episodes_fail_clearly():
     with EnvPool(functools.partial(TwentyQuestionsSubset), num_envs=2) as pool:
         with pytest.raises(ValueError, match="3 episodes need 3 envs; the pool has 2"):
-            rollout.play(pool, lambda obs, t: obs, seeds=[0, 1, 2], max_turns=3)
+            rollout.play(pool, lambda obs, t, games: obs, seeds=[0, 1, 2], max_turns=3)
         with pytest.raises(ValueError, match="act returned 1 actions for 2 observations"):
-            rollout.play(pool, lambda obs, t: ["x"], seeds=[0, 1], max_turns=3)
+            rollout.play(pool, lambda obs, t, games: ["x"], seeds=[0, 1], max_turns=3)

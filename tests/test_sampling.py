@@ -191,6 +191,28 @@ def test_randomness_is_per_row_and_reproducible(sampler):
     assert len({tuple(row) for row in same.tokens.tolist()}) > 1
 
 
+def test_row_ids_key_each_row_wherever_it_sits(sampler):
+    """A row keyed by ``row_ids`` (a dialogue's game number) draws the same sample at any position
+    and beside any other rows: what lets each host of a multi-host run play its own games."""
+    params = SamplingParams(max_new_tokens=8)
+    key = jax.random.key(3)
+    ids = [3 * i + 20 for i in reversed(range(len(PROMPTS)))]
+    batch = sampler.generate(PROMPTS, key, params, row_ids=ids)
+    for i in range(len(PROMPTS)):
+        alone = sampler.generate([PROMPTS[i]], key, params, row_ids=[ids[i]])
+        np.testing.assert_array_equal(alone.tokens[0], batch.tokens[i])
+    default = sampler.generate(PROMPTS, key, params)
+    positional = sampler.generate(PROMPTS, key, params, row_ids=range(len(PROMPTS)))
+    np.testing.assert_array_equal(default.tokens, positional.tokens)  # the default numbers rows by position
+    assert not np.array_equal(default.tokens, batch.tokens)
+    # Several samples of one prompt are numbered row_id * samples + j.
+    fanned = sampler.generate(PROMPTS[:1], key, params, samples=3, row_ids=[4])
+    for j in range(3):
+        np.testing.assert_array_equal(fanned.tokens[j], sampler.generate(PROMPTS[:1], key, params, row_ids=[12 + j]).tokens[0])
+    with pytest.raises(ValueError, match=r"row_ids has shape \(2,\), expected \(1,\)"):
+        sampler.generate(PROMPTS[:1], key, params, row_ids=[1, 2])
+
+
 def test_same_bucket_compiles_nothing_new(policy):
     _, model, tokenizer = policy
     sampler = Sampler(model, tokenizer)

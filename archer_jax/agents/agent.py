@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # only for type hints: components builds the agents' inputs
 # Purposes folded into the run's key, so each phase draws its own numbers.
 ROLLOUT, CRITIC, ACTOR, EVAL = range(4)
 
-Act = Callable[["Components", States, Sequence[str], jax.Array, bool], list[str]]
+Act = Callable[["Components", States, Sequence[str], jax.Array, bool, Sequence[int]], list[str]]
 Learn = Callable[["Components", States, ReplayBuffer, int], tuple[States, dict[str, float]]]
 
 
@@ -26,8 +26,9 @@ Learn = Callable[["Components", States, ReplayBuffer, int], tuple[States, dict[s
 class Agent:
     """An algorithm as the loop sees it.
 
-    ``act(run, states, observations, key, greedy)`` picks one utterance per observation in the
-    envs. ``learn(run, states, replay, iteration)`` runs one iteration's updates and returns the
+    ``act(run, states, observations, key, greedy, rows)`` picks one utterance per observation in
+    the envs; ``rows`` are the observations' global game numbers (each dialogue's samples are keyed
+    by its game). ``learn(run, states, replay, iteration)`` runs one iteration's updates and returns the
     new states with the seconds each phase took (``{"critic": ..., "actor": ...}``).
     ``needs_critic``: whether the run builds the double critic.
     """
@@ -45,6 +46,7 @@ def timed(fn, *args):
     return out, time.perf_counter() - start
 
 
-def sample_actions(run: Components, states: States, observations: Sequence[str], key: jax.Array, greedy: bool) -> list[str]:
+def sample_actions(run: Components, states: States, observations: Sequence[str], key: jax.Array, greedy: bool,
+                   rows: Sequence[int] | None = None) -> list[str]:
     """Acting by the policy alone: a sample (or the greedy utterance) per observation."""
-    return run.acting.sample(run.policy(states), observations, key, greedy=greedy)
+    return run.acting.sample(run.policy(states), observations, key, greedy=greedy, rows=rows)

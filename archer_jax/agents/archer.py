@@ -52,7 +52,7 @@ def actor_updates(run: Components, states: States, replay: ReplayBuffer, iterati
     for step in range(c.actor_steps):
         sample = replay.sample(run.batch)
         key = run.key_for(ACTOR, iteration, step)
-        batch = run.acting.actor_batch(run.learner.policy_params(actor), sample, key)
+        batch = run.acting.actor_batch(run.policy(States(actor, states.critic)), sample, key)
         actor, metrics = run.learner.actor_step(actor, states.critic.params, batch)
         run.watchdog.add("actor", metrics)
     return States(actor, states.critic)

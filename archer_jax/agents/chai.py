@@ -21,14 +21,15 @@ if TYPE_CHECKING:
     from archer_jax.components import Components
 
 
-def chai_actions(run: Components, states: States, observations: Sequence[str], key: jax.Array, greedy: bool = False) -> list[str]:
+def chai_actions(run: Components, states: States, observations: Sequence[str], key: jax.Array, greedy: bool = False,
+                 rows: Sequence[int] | None = None) -> list[str]:
     """CHAI's choice among samples (the same rule in evaluation: ``greedy`` is not used)."""
-    return run.acting.chai(run.policy(states), states.critic.target, observations, key).texts
+    return run.acting.chai(run.policy(states), states.critic.target, observations, key, rows=rows).texts
 
 
 def chai_pi_actions(run: Components, states: States, sample: dict, key: jax.Array) -> list[str]:
     """CHAI's ``a_π`` for the critic's V-target: its own choice for each replayed observation."""
-    return chai_actions(run, states, sample["observation"], key)
+    return run.acting.chai_texts(run.policy(states), states.critic.target, sample["observation"], key)
 
 
 def learn(run: Components, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:

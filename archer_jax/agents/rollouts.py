@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from archer_jax import rollout
 from archer_jax.agents.agent import EVAL, ROLLOUT, Agent
+from archer_jax.distributed import concat_gathered, host_share
 from archer_jax.learners.train_state import States
 from archer_jax.replay import ReplayBuffer
 
@@ -21,12 +22,20 @@ EVAL_SEED = 10**6  # evaluation dialogues use fixed seeds, the same every evalua
 
 
 def _play(run: Components, agent: Agent, states: States, seeds: Sequence[int], key, greedy: bool, label: str):
-    def act(observations: list[str], turn: int) -> list[str]:
-        return agent.act(run, states, observations, jax.random.fold_in(key, turn), greedy)
+    """Plays ``seeds`` (this host its share, :func:`archer_jax.distributed.host_share`); every host
+    returns all the episodes, in the order of ``seeds``. Dialogue ``g`` samples with keys folded
+    with ``g``, whichever host plays it."""
+    share = host_share(len(seeds))
+
+    def act(observations: list[str], turn: int, games: list[int]) -> list[str]:
+        rows = [share.start + g for g in games]
+        return agent.act(run, states, observations, jax.random.fold_in(key, turn), greedy, rows)
 
     max_turns = run.config.env.max_turns
     with tqdm(total=max_turns, desc=label, unit="turn", leave=False, disable=None) as bar:
-        return rollout.play(run.pool, act, seeds, max_turns=max_turns, progress=lambda t: bar.update(t - bar.n))
+        mine = rollout.play(run.pool, act, [seeds[i] for i in share], max_turns=max_turns,
+                            progress=lambda t: bar.update(t - bar.n)) if len(share) else []
+    return concat_gathered(mine)
 
 
 def collect(run: Components, agent: Agent, states: States, iteration: int) -> list[rollout.Episode]:

@@ -60,6 +60,12 @@ class LearnerConfig:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
 
 
+def _host_values(params: nnx.State) -> nnx.State:
+    """A module's parameters as host values when several processes share the mesh (a jitted
+    program there takes global arrays or host values, not one process's device arrays)."""
+    return jax.device_get(params) if jax.process_count() > 1 else params
+
+
 class Learner:
     """Owns the networks' graphs, optimizers and shardings; steps are pure and jitted."""
 
@@ -72,6 +78,7 @@ class Learner:
         mesh: Mesh | None = None,
         rules: shd.Rules = shd.DEFAULT_RULES,
         matmul_precision: str | None = None,
+        micro_batch_limit: int | None = None,
     ):
         needs_baseline = registry.get_actor_loss(config.actor_loss).needs_baseline
         if needs_baseline != (actor.baseline is not None):
@@ -92,7 +99,8 @@ class Learner:
         bc_batch = BCBatch(tokens, tokens)
         replicated = shd.replicated(self.mesh)
         c = config
-        program = functools.partial(StepProgram, mesh=self.mesh, micro_batch_size=c.micro_batch_size, donate_argnums=(0,))
+        program = functools.partial(StepProgram, mesh=self.mesh, micro_batch_size=c.micro_batch_size,
+                                    limit=micro_batch_limit, donate_argnums=(0,))
         if critic is not None:  # filtered BC trains the actor alone
             self.critic_graphdef, self._critic_params = train_state.split_params(critic)
             self.critic_shardings = self._shardings(self._critic_params, self.critic_tx, with_target=True)
@@ -143,13 +151,13 @@ class Learner:
             functools.partial(train_state.create, tx=self.critic_tx, with_target=True),
             out_shardings=self.critic_shardings,
         )
-        return create(self._critic_params)
+        return create(_host_values(self._critic_params))
 
     def init_actor(self, params: nnx.State | None = None) -> TrainState:
         """The actor's state with fresh Adam, from the module's parameters or ``params`` (e.g. the
         result of an SFT warm start)."""
         create = jax.jit(functools.partial(train_state.create, tx=self.actor_tx), out_shardings=self.actor_shardings)
-        return create(self._actor_params if params is None else params)
+        return create(_host_values(self._actor_params) if params is None else params)
 
     def policy_params(self, actor_state: TrainState) -> nnx.State:
         """The GPT-2 policy's parameters inside an actor state (e.g. for the sampler)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
@@ -147,10 +147,12 @@ def filter_logits(logits: Array, sampling: SamplingParams) -> Array:
     return x
 
 
-def row_uniforms(key: Array, rows: int, steps: int) -> Array:
-    """``[rows, steps]`` uniforms in [0, 1): entry (i, t) is drawn from ``fold_in(fold_in(key, i), t)``."""
+def row_uniforms(key: Array, row_ids: Array | int, steps: int) -> Array:
+    """``[rows, steps]`` uniforms in [0, 1): entry (i, t) is drawn from ``fold_in(fold_in(key, row_ids[i]), t)``
+    (``row_ids`` an int: ``arange(row_ids)``)."""
+    ids = jnp.arange(row_ids) if isinstance(row_ids, int) else row_ids
     draw = lambda r, t: jax.random.uniform(jax.random.fold_in(jax.random.fold_in(key, r), t), ())  # noqa: E731
-    return jax.vmap(lambda r: jax.vmap(lambda t: draw(r, t))(jnp.arange(steps)))(jnp.arange(rows))
+    return jax.vmap(lambda r: jax.vmap(lambda t: draw(r, t))(jnp.arange(steps)))(ids)
 
 
 def sample_categorical(u: Array, logits: Array) -> Array:
@@ -220,11 +222,13 @@ def prefill(
     stop_table: Array,
     key: Array,
     greedy: Array,
+    row_ids: Array,
     samples: int = 1,
 ) -> DecodeState:
     """Runs the prompt through the model into a fresh KV cache and samples the first token.
 
-    ``greedy`` (a bool scalar) picks argmax tokens instead of samples in the same program.
+    ``greedy`` (a bool scalar) picks argmax tokens instead of samples in the same program. Row
+    ``i`` draws from ``fold_in(key, row_ids[i])`` (sample ``j`` of it from ``row_ids[i] * samples + j``).
     With ``samples > 1`` the prompts are run once and their cache, mask and last logits are
     repeated ``samples`` times (prompt-major rows), so k samples per prompt cost one prefill.
     """
@@ -239,6 +243,7 @@ def prefill(
     if samples > 1:
         fan_out = lambda x: jnp.repeat(x, samples, axis=0)  # noqa: E731
         cache, slot_mask, logits, active = jax.tree.map(fan_out, (cache, slot_mask, logits, active))
+        row_ids = (row_ids[:, None] * samples + jnp.arange(samples)[None]).reshape(-1)
         batch *= samples
     if state_shardings is not None:
         cache = jax.lax.with_sharding_constraint(cache, state_shardings.cache)
@@ -251,7 +256,7 @@ def prefill(
         sample_logprobs=jnp.zeros((batch, new), jnp.float32),
         lengths=jnp.zeros((batch,), jnp.int32),
         done=~active.astype(bool),
-        uniforms=row_uniforms(key, batch, new),
+        uniforms=row_uniforms(key, row_ids, new),
         greedy=jnp.asarray(greedy, bool),
     )
     return _record(state, state.step, logits, stop_table, pad_id, sampling)
@@ -338,6 +343,25 @@ def _longest_prompt(prompt_mask: np.ndarray, limit: int, max_new_tokens: int, n_
     if prompt_mask[:, -1].min() == 0:
         raise ValueError("prompts must be left-padded with at least one token each (prompt_mask[:, -1] == 1)")
     return longest
+
+
+def _placed(mesh: Mesh, ids: np.ndarray, mask: np.ndarray, active: np.ndarray, numbers: np.ndarray) -> tuple:
+    """A padded batch on ``mesh``'s devices, rows over its batch axes (with several processes,
+    JAX takes no NumPy arrays for sharded arguments)."""
+    rows, matrix = shd.batch_sharding(mesh, 1), shd.batch_sharding(mesh, 2)
+    return (*jax.device_put((ids, mask), matrix), *jax.device_put((active, numbers), rows))
+
+
+def _row_ids(row_ids: Sequence[int] | None, prompts: int, rows: int) -> np.ndarray:
+    """The ``[rows]`` key numbers of a padded batch: ``row_ids`` for the prompts (default: their
+    positions); padding rows keep their positions (their samples are dropped)."""
+    ids = np.arange(rows, dtype=np.int32)
+    if row_ids is not None:
+        given = np.asarray(row_ids, np.int64)
+        if given.shape != (prompts,):
+            raise ValueError(f"row_ids has shape {given.shape}, expected ({prompts},): one id per prompt")
+        ids[:prompts] = given
+    return ids
 
 
 def _pad_to_buckets(
@@ -462,7 +486,7 @@ class Decoder:
 
             prefill_fn = jax.jit(
                 self._traced(prefill, self.graphdef, sampling, self.pad_id, state_sh, samples=samples),
-                in_shardings=(self.param_shardings, matrix, matrix, rows, scalar, scalar, scalar),
+                in_shardings=(self.param_shardings, matrix, matrix, rows, scalar, scalar, scalar, rows),
                 out_shardings=state_sh,
             )
             decode_fn = jax.jit(
@@ -483,7 +507,8 @@ class Decoder:
         flags = jax.ShapeDtypeStruct((rows,), jnp.bool_)
         stop = jax.ShapeDtypeStruct((self.config.vocab_size,), jnp.bool_)
         key = jax.eval_shape(lambda: jax.random.key(0))
-        prefill = prefill_fn.lower(self.model_state, ids, ids, flags, stop, key, jax.ShapeDtypeStruct((), jnp.bool_))
+        prefill = prefill_fn.lower(self.model_state, ids, ids, flags, stop, key, jax.ShapeDtypeStruct((), jnp.bool_),
+                                   jax.ShapeDtypeStruct((rows,), jnp.int32))
         return prefill, decode_fn.lower(self.model_state, prefill.out_info, stop)
 
     def _stop_table(self, sampling: SamplingParams) -> Array:
@@ -505,14 +530,13 @@ class Decoder:
         *,
         model_state: nnx.State | None = None,
         samples: int = 1,
+        row_ids: Sequence[int] | None = None,
     ) -> SampledTokens:
-        """Generates from already tokenized, left-padded prompts; returns device arrays.
-
-        ``prompt_ids``/``prompt_mask`` are ``[batch, length]`` (e.g. token ids kept in a replay
-        buffer). The batch and length are padded to their buckets here; the returned arrays
-        cover the padded batch times ``samples``, prompt-major: the first ``batch * samples``
-        rows are the prompts' (prompt i's samples in rows ``i * samples ... i * samples + samples - 1``).
-        ``model_state`` defaults to the model's parameters.
+        """Generates from already tokenized, left-padded ``[batch, length]`` prompts (padded to their
+        buckets here); returns device arrays over the padded batch times ``samples``, prompt-major
+        (prompt i's samples in rows ``i * samples ...``). Prompt ``i`` samples with the key folded with
+        ``row_ids[i]`` (default ``i``): a dialogue keyed by its game number samples the same whatever
+        else runs beside it, on however many hosts. ``model_state`` defaults to the model's parameters.
         """
         prompt_ids, prompt_mask = _prompt_arrays(prompt_ids, prompt_mask, samples)
         limit = self.prompt_limit(sampling)
@@ -524,6 +548,7 @@ class Decoder:
         prefill_fn, decode_fn = self._compiled(sampling, rows, bucket, samples)
         model_state = self.model_state if model_state is None else jax.device_put(model_state, self.param_shardings)
         stop_table = self._stop_table(sampling)
-        state = prefill_fn(model_state, ids, mask, active, stop_table, key, np.asarray(sampling.greedy))
+        ids, mask, active, numbers = _placed(self.mesh, ids, mask, active, _row_ids(row_ids, prompt_ids.shape[0], rows))
+        state = prefill_fn(model_state, ids, mask, active, stop_table, key, np.asarray(sampling.greedy), numbers)
         state = decode_fn(model_state, state, stop_table)
         return SampledTokens(state.tokens, state.lengths, state.logprobs, state.sample_logprobs)

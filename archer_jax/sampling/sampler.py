@@ -170,10 +170,12 @@ class Sampler:
         *,
         model_state: nnx.State | None = None,
         samples: int = 1,
+        row_ids: Sequence[int] | None = None,
     ) -> Generation:
         """Generates ``samples`` actions per prompt (prompt-major rows; the prompt is run once).
-        ``model_state`` defaults to the model's parameters."""
-        return self._generate(self.encode(prompts, sampling), key, sampling, model_state, samples)
+        ``model_state`` defaults to the model's parameters; prompt ``i`` samples with the key folded
+        with ``row_ids[i]`` (default ``i``)."""
+        return self._generate(self.encode(prompts, sampling), key, sampling, model_state, samples, row_ids)
 
     def generate_rows(
         self,
@@ -183,6 +185,7 @@ class Sampler:
         *,
         model_state: nnx.State | None = None,
         samples: int = 1,
+        row_ids: Sequence[int] | None = None,
     ) -> Generation:
         """Like :meth:`generate` from prompts already in token ids (one unpadded row each, e.g.
         kept in a replay buffer): no re-tokenization."""
@@ -191,13 +194,15 @@ class Sampler:
         limit = self.prompt_limit(sampling)
         rows = [np.asarray(r, np.int32)[-limit:] for r in rows]
         encoded = pad_rows(rows, self.pad_id, left=True, max_length=limit, min_bucket=min(self.min_prompt_bucket, limit))
-        return self._generate(encoded, key, sampling, model_state, samples)
+        return self._generate(encoded, key, sampling, model_state, samples, row_ids)
 
     def _generate(
-        self, encoded: Tokens, key: Array, sampling: SamplingParams, model_state: nnx.State | None, samples: int = 1
+        self, encoded: Tokens, key: Array, sampling: SamplingParams, model_state: nnx.State | None, samples: int = 1,
+        row_ids: Sequence[int] | None = None,
     ) -> Generation:
         out = self.generate_tokens(
-            encoded.input_ids, encoded.attention_mask, key, sampling, model_state=model_state, samples=samples
+            encoded.input_ids, encoded.attention_mask, key, sampling, model_state=model_state, samples=samples,
+            row_ids=row_ids,
         )
         rows = encoded.input_ids.shape[0] * samples
         # Cut the padding rows off on the host: a slice of a device array compiles a program per shape.

@@ -90,6 +90,14 @@ def test_auto_takes_the_largest_micro_batch_that_fits(tiny_dirs, tokenizers, mon
         auto.bc_step(fresh, batch)
 
 
+def test_auto_stays_within_its_limit(tiny_dirs, tokenizers):
+    """On CPUs the run caps "auto" at the config's batch_size (larger micro-batches ran slower there)."""
+    assert micro_batching.auto_limit("cpu", 8) == 8 and micro_batching.auto_limit("gpu", 8) is None
+    learner = learners.Learner(*make_modules(tiny_dirs), learners.LearnerConfig(), micro_batch_limit=4)
+    learner.critic_step(learner.init_critic(), critic_batch(tokenizers, n=16))
+    assert [(x.size, x.count) for x in learner.programs()["critic_step"].layouts.values()] == [(4, 4)]
+
+
 def test_free_memory_is_read_from_the_devices():
     free = micro_batching.device_free_bytes(jax.local_devices())
     assert free is not None and free > 0

@@ -1,0 +1,175 @@
+"""Several processes (hosts) training one run: start-up, this host's share, and gathering.
+
+A run is multi-process on a TPU pod slice (every worker runs the same command), or when it is
+given a coordinator: ``--coordinator=host:port --num_processes=N --process_id=i`` on the train
+command, or the environment variables ``ARCHER_JAX_COORDINATOR``, ``ARCHER_JAX_NUM_PROCESSES``
+and ``ARCHER_JAX_PROCESS_ID``. :func:`initialize` then calls ``jax.distributed.initialize`` before
+any computation. How the work divides (``docs/multihost.md``):
+
+* rollouts and evaluations: each host plays its contiguous share of the games
+  (:func:`host_share`) through its own env worker pool and a sampler on its own devices; every
+  dialogue's samples come from a key folded with its global game index, so they do not depend on
+  the number of hosts. The episodes are then gathered to every host (:func:`allgather_objects`).
+* the replay buffer: every host keeps a replica of the whole buffer (it adds every gathered
+  episode) and draws the same sample with the same generator, so a step's global batch is the one
+  a single process would draw.
+* learner steps: a step's batch is one global array on the run's mesh; each host samples the
+  fresh ``a_π`` of its share of the rows, and the rows are gathered before the batch is laid out.
+* checkpoints: every host writes and restores its shards of the networks (orbax); the primary
+  host writes the replay buffer (every host reads it back), the summary, plots and TensorBoard.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from archer_jax.errors import TrainingError
+
+log = logging.getLogger(__name__)
+
+ENV = dict(coordinator="ARCHER_JAX_COORDINATOR", num_processes="ARCHER_JAX_NUM_PROCESSES",
+           process_id="ARCHER_JAX_PROCESS_ID")
+
+
+class DistributedError(ValueError):
+    """The multi-process settings are incomplete or inconsistent; the message names them."""
+
+
+class DivergenceError(TrainingError):
+    """Hosts that should hold identical replicas do not (the message names them)."""
+
+
+def _cluster_detected() -> bool:
+    """Whether JAX recognises a cluster it can initialise itself (Cloud TPU VMs and pod slices,
+    GKE TPU, SLURM, Open MPI)."""
+    try:
+        from jax._src import clusters
+
+        return any(env.is_env_present() for env in clusters.ClusterEnv._cluster_types)
+    except (ImportError, AttributeError):  # a JAX without that module: only explicit settings
+        return False
+
+
+def settings(coordinator: str | None = None, num_processes: int | None = None,
+             process_id: int | None = None, environ=os.environ) -> dict[str, Any] | None:
+    """The explicit multi-process settings (arguments first, then ``ARCHER_JAX_*`` variables), or
+    None when none is given; a :class:`DistributedError` when only some are."""
+    given = dict(coordinator=coordinator, num_processes=num_processes, process_id=process_id)
+    for name, variable in ENV.items():
+        if given[name] is None and environ.get(variable):
+            given[name] = environ[variable]
+    if all(v is None for v in given.values()):
+        return None
+    missing = [f"--{name} ({ENV[name]})" for name, v in given.items() if v is None]
+    if missing:
+        raise DistributedError(f"multi-process training needs {', '.join(missing)} as well")
+    try:
+        count, index = int(given["num_processes"]), int(given["process_id"])
+    except ValueError:
+        raise DistributedError(f"--num_processes and --process_id must be integers, got {given['num_processes']!r}, "
+                               f"{given['process_id']!r}") from None
+    if count < 1 or not 0 <= index < count:
+        raise DistributedError(f"--process_id must be in [0, --num_processes={count}), got {index}")
+    return dict(coordinator_address=str(given["coordinator"]), num_processes=count, process_id=index)
+
+
+def initialize(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None) -> bool:
+    """Starts JAX's distributed runtime when the run is multi-process (explicit settings, or a
+    cluster JAX detects); returns whether it did. Call before any computation."""
+    explicit = settings(coordinator, num_processes, process_id)
+    if explicit is None and not _cluster_detected():
+        return False
+    try:  # CPU devices of different processes talk through gloo (GPU and TPU programs are unaffected)
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    except (AttributeError, ValueError):
+        pass
+    jax.distributed.initialize(**(explicit or {}))
+    log.info("process %d of %d: %d local devices, %d in all", jax.process_index(), jax.process_count(),
+             jax.local_device_count(), jax.device_count())
+    return True
+
+
+def is_primary() -> bool:
+    """Whether this process writes the run's reports (process 0)."""
+    return jax.process_index() == 0
+
+
+def multiprocess() -> bool:
+    return jax.process_count() > 1
+
+
+def host_share(n: int, index: int | None = None, count: int | None = None) -> range:
+    """This host's contiguous share of ``n`` items: near-equal, the first hosts one more when
+    ``n`` does not divide (host ``index`` of ``count``; default: this process)."""
+    index = jax.process_index() if index is None else index
+    count = jax.process_count() if count is None else count
+    base, extra = divmod(n, count)
+    start = index * base + min(index, extra)
+    return range(start, start + base + (index < extra))
+
+
+def allgather_objects(obj: Any) -> list[Any]:
+    """Every process's ``obj`` (picklable), in process order, on every process."""
+    if not multiprocess():
+        return [obj]
+    from jax.experimental import multihost_utils
+
+    data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+    sizes = multihost_utils.process_allgather(np.int64(data.size))
+    padded = np.zeros(int(sizes.max()), np.uint8)
+    padded[: data.size] = data
+    gathered = multihost_utils.process_allgather(padded)
+    return [pickle.loads(gathered[i, : int(sizes[i])].tobytes()) for i in range(len(sizes))]
+
+
+def concat_gathered(items: Sequence[Any]) -> list[Any]:
+    """This host's list of items joined with every other host's, in process order."""
+    return [item for part in allgather_objects(list(items)) for item in part]
+
+
+def _leaf_digests(tree: Any) -> list[tuple[str, str]]:
+    """(path, SHA-256) of this process's copy of each fully replicated array in ``tree`` (an array
+    split across hosts has no whole copy here and is left out)."""
+    import hashlib
+
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if isinstance(leaf, jax.Array):
+            if not leaf.sharding.is_fully_replicated:
+                continue
+            data = np.asarray(leaf.addressable_shards[0].data)
+        else:
+            data = np.asarray(leaf)
+            if data.dtype == object:  # not a numeric leaf (its bytes would be addresses)
+                continue
+        name = jax.tree_util.keystr(path) or f"leaf {len(out)}"
+        out.append((f"{name} {data.dtype}{list(data.shape)}", hashlib.sha256(data.tobytes()).hexdigest()))
+    return out
+
+
+def digest(tree: Any) -> str:
+    """One SHA-256 over this process's copies of the fully replicated arrays in ``tree``."""
+    import hashlib
+
+    return hashlib.sha256("".join(d for _, d in _leaf_digests(tree)).encode()).hexdigest()
+
+
+def assert_hosts_agree(tree: Any, what: str) -> str:
+    """The :func:`digest` of ``tree``, after checking that every host computed the same one; a
+    :class:`DivergenceError` names the hosts and the first array that differ."""
+    mine = _leaf_digests(tree)
+    every = allgather_objects(mine)
+    differing = [i for i, d in enumerate(every) if d != every[0]]
+    if differing:
+        other = every[differing[0]]
+        first = next((path for (path, a), (_, b) in zip(every[0], other) if a != b),
+                     f"{len(every[0])} arrays on host 0, {len(other)} on host {differing[0]}")
+        raise DivergenceError(f"{what}: hosts {differing} hold different values than host 0 (first: {first})")
+    return digest(tree)
