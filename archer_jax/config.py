@@ -114,8 +114,9 @@ def base_config() -> ml_collections.ConfigDict:
         gamma=0.95, tau=0.1, critic_lr=2e-5, actor_lr=1e-6, max_grad_norm=1.0,
         actor_loss="actor_pg",  # a name in archer_jax.learners.registry
         # Transitions per scanned micro-batch of a step: "auto" (the largest that fits the device,
-        # from the compiled step's memory analysis) or a number that cuts every step's batch evenly
-        # (8 = the official layout). Only memory and speed depend on it, not the update.
+        # from the compiled step's memory analysis; on CPUs at most batch_size, faster there) or a
+        # number that cuts every step's batch evenly (8 = the official layout). Only memory and
+        # speed depend on it, not the update.
         micro_batch_size=ml_collections.FieldReference(AUTO, field_type=object),
     ))
     c.sft = ml_collections.ConfigDict(dict(

@@ -11,6 +11,7 @@ import pytest
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "archer_jax_colab.ipynb"
 
 
+@pytest.mark.slow
 def test_the_colab_notebook_runs_on_cpu(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat", reason="the test extra installs nbformat")
     nbclient = pytest.importorskip("nbclient", reason="the test extra installs nbclient")

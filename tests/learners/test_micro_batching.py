@@ -67,8 +67,8 @@ def test_auto_takes_the_largest_micro_batch_that_fits(tiny_dirs, tokenizers, mon
     program = learner.programs()["bc_step"]
     batch_bytes = sum(x.nbytes for x in jax.tree.leaves(batch))
     need = {16 // count: program_bytes(program.jitted(count).lower(state, batch).compile(), batch_bytes)
-            for count in (1, 2, 4, 16)}
-    assert need[16] > need[8] > need[4] > need[1] > 0  # activations grow with the micro-batch
+            for count in (1, 2, 16)}
+    assert need[16] > need[8] > need[1] > 0  # activations grow with the micro-batch
 
     def auto_with(free: float):
         monkeypatch.setattr(micro_batching, "device_free_bytes", lambda devices: int(free))

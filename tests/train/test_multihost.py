@@ -20,7 +20,9 @@ from archer_jax import distributed
 from archer_jax.checkpoint import Checkpoints
 from tests.train.test_train_app import CONFIG, micro, restored, without_time
 
-FLAGS = ("--config.iterations=2", "--config.save_freq=1", "--config.eval_freq=1")
+pytestmark = pytest.mark.slow
+
+FLAGS = ("--config.iterations=2", "--config.save_freq=1", "--config.eval_freq=2", "--config.sft.steps=2")
 
 
 def free_port() -> int:
@@ -93,7 +95,7 @@ def test_two_hosts_killed_and_resumed_match_one_process(one_process, tmp_path):
     wait_all(hosts, logs)
     assert "resumed from" in (logs / "host0.log").read_text()
 
-    c = micro(iterations=2, save_freq=1, eval_freq=1)
+    c = micro(iterations=2, save_freq=1, eval_freq=2, sft__steps=2)
     actor, critic, replay, loop = restored(workdir, c)
     ref_actor, ref_critic, ref_replay, ref_loop = restored(one_process, c)
     assert loop["iteration"] == ref_loop["iteration"] == 2

@@ -110,6 +110,7 @@ def test_micro_run_trains_checkpoints_and_reports(tmp_path):
     assert again["iterations"] == 2 and again["env_samples"] == summary["env_samples"]
 
 
+@pytest.mark.slow
 def test_chai_trains_the_critic_only_and_filtered_bc_the_policy_only(tmp_path):
     chai = micro(agent="chai", chai_samples=2, iterations=1, sft__steps=0)
     train_and_evaluate(chai, tmp_path / "chai")
@@ -179,6 +180,7 @@ def _assert_same_run(reference, workdir: Path) -> None:
     assert replay.columns["action"][: len(replay)] == ref_replay.columns["action"][: len(ref_replay)]
 
 
+@pytest.mark.slow
 def test_kill_9_after_a_checkpoint_then_resume_is_exact(straight, tmp_path):
     reference_dir, reference = straight
     process = subprocess.Popen(cli(tmp_path, "--config.iterations=4", "--config.save_freq=2", "--config.eval_freq=2"),
@@ -193,6 +195,7 @@ def test_kill_9_after_a_checkpoint_then_resume_is_exact(straight, tmp_path):
     _assert_same_run(reference, tmp_path)
 
 
+@pytest.mark.slow
 def test_kill_while_writing_a_checkpoint_resumes_from_the_previous_one(straight, tmp_path):
     _, reference = straight
     process = subprocess.Popen(cli(tmp_path, "--config.iterations=4", "--config.save_freq=1", "--config.eval_freq=2"),
