@@ -4,24 +4,27 @@
     archer-jax-train --config=configs/20q.py --workdir=runs/20q --config.learner.critic_lr=2e-5
 
 Every error a user can cause (a bad flag, an unknown config key, a bad value, a missing path, a
-model that cannot be loaded, a stopped run) ends the process with one line naming the cause.
+model that cannot be loaded, a stopped run) ends the process with one line naming the cause;
+:mod:`archer_jax.preflight` finds the ones that need no model before anything is built.
+``--help`` lists the flags and every config key with its default and one line of doc.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
 from archer_jax import distributed
-from archer_jax.config import RENAMED, renamed
+from archer_jax.config import FREE_FORM, KEY_DOCS, RENAMED, flat_defaults, renamed, unknown_key
 from archer_jax.envs.base import EnvError
 from archer_jax.errors import ConfigError, TrainingError
 from archer_jax.models.hub import ModelLoadError
 from archer_jax.train import train_and_evaluate
-from archer_jax.xla_flags import set_default_flags
+from archer_jax.xla_flags import quiet_tpu_probe, set_default_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, summary.json and the plot.")
@@ -60,26 +63,75 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: {e}")
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing with one-line errors: a bad value, an unknown or renamed ``--config.x`` key."""
+USAGE = ("usage: python -m archer_jax.train --config=configs/FILE.py[:PRESET] --workdir=DIR "
+         "[--config.KEY=VALUE ...] [--coordinator=HOST:PORT --num_processes=N --process_id=I]")
+HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull")
+_CONFIG_PREFIXES = ("--config.", "-config.", "--noconfig.", "-noconfig.")
+
+
+def help_text() -> str:
+    """``--help``: usage, this program's flags, and every config key with its default and doc."""
+    lines = [USAGE, "", "Flags:"]
+    for holder in (_CONFIG, _WORKDIR, _COORDINATOR, _NUM_PROCESSES, _PROCESS_ID):
+        lines.append(f"  --{holder.name:<15} {flags.FLAGS[holder.name].help}")
+    defaults = flat_defaults()
+    shown = {key: "{}" if key in FREE_FORM else repr(value) for key, value in defaults.items()}
+    key_width, value_width = max(map(len, shown)), max(map(len, shown.values()))
+    lines += ["", "Config keys (--config.KEY=VALUE; base defaults, which a config file or preset may change):"]
+    for key, value in shown.items():
+        lines.append(f"  {key:<{key_width}}  {value:<{value_width}}  {KEY_DOCS[key]}")
+    lines += ["", "Keys of archer_jax 0.1 and where they are now: archer_jax.config.RENAMED. "
+              "More on each key: docs/algorithms.md (section 10)."]
+    return "\n".join(lines) + "\n"
+
+
+def _config_key(arg: str) -> str | None:
+    """``learner.critic_lr`` for ``--config.learner.critic_lr=...`` (or ``--noconfig.x``); else None."""
+    prefix = next((p for p in _CONFIG_PREFIXES if arg.startswith(p)), None)
+    return arg[len(prefix):].split("=")[0] if prefix else None
+
+
+def _unknown_config_key(argv: list[str]) -> str | None:
+    """The one-line error for the first ``--config.x`` override of a key that does not exist."""
+    known = flat_defaults()
     for arg in argv[1:]:
-        key = arg.split("=")[0].removeprefix("--config.")
-        if arg.startswith("--config.") and key in RENAMED:
-            sys.exit(f"error: --{renamed(key)}")
+        key = _config_key(arg)
+        if key is None or key in known or any(key.startswith(group + ".") for group in FREE_FORM):
+            continue
+        given = arg.split("=")[0]
+        if key in RENAMED:
+            return f"error: --{renamed(key)}"
+        return f"error: {given}: {unknown_key(key)}"
+    return None
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing with one-line errors: a bad value, an unknown or renamed ``--config.x``
+    key (with the closest known key); ``--help`` prints :func:`help_text` and exits 0."""
+    if any(arg in HELP_FLAGS for arg in argv[1:]):
+        sys.stdout.write(help_text())
+        sys.exit(0)
+    error = _unknown_config_key(argv)
+    if error:
+        sys.exit(error)
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:  # a bad value; a config file's own error comes with its traceback: keep its last line
         head = str(e).splitlines()[0].split(": Error whilst parsing")[0]
         last = _last_line(e)
         sys.exit(f"error: {head}" + (f": {last}" if last != head.strip() else ""))
-    except (AttributeError, KeyError) as e:  # ml_collections: an override of a key the config lacks
-        name = str(e).strip("\"'")
-        given = next((a.split("=")[0] for a in argv if a.startswith("--config.") and name in a), name)
-        sys.exit(f"error: {given}: unknown config key (every key is listed in archer_jax/config.py)")
+    except (AttributeError, KeyError) as e:  # ml_collections: an override of a key this config file lacks
+        # Its message reads '\'game_pth\'\nDid you mean ...', escapes and all: keep the key.
+        name = re.sub(r"[\\'\"]", "", str(e).split("\\n")[0])
+        given = next((a.split("=")[0] for a in argv[1:] if (_config_key(a) or "").rsplit(".", 1)[-1] == name),
+                     f"--config.{name}")
+        sys.exit(f"error: {given}: unknown config key (not in this config file)")
 
 
 def run() -> None:
-    """The console entry point (sets archer_jax's default XLA flags before JAX starts)."""
+    """The console entry point (sets archer_jax's default XLA flags before JAX starts, and
+    quiets JAX's TPU probe where there is no TPU)."""
     set_default_flags()
+    quiet_tpu_probe()
     flags.mark_flag_as_required("config")
     app.run(main, flags_parser=parse_flags)

@@ -16,13 +16,18 @@ for Twenty Questions; ``docs/algorithms.md`` lists each key beside its name in t
 Keys renamed since 0.1 are in :data:`RENAMED`: a config or command line that uses one fails
 with one line naming the new key.
 
+:data:`KEY_DOCS` holds one line of documentation per key (``--help`` prints them with the defaults).
+
 :func:`validate` checks a finished config (after ``--config.x=...`` overrides) and raises
-:class:`~archer_jax.errors.ConfigError` with one line naming the key: unknown keys, wrong types,
-unknown agent/env/loss names, values out of range, a policy or critic directory that does not exist.
+:class:`~archer_jax.errors.ConfigError` with one line naming the key: unknown keys (with the
+closest known one), wrong types, unknown agent/env/loss names, values out of range, a policy or
+critic directory that does not exist. :mod:`archer_jax.preflight` adds the checks that need the
+workdir, the devices or the models' ``config.json``.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 from pathlib import Path
 
@@ -111,7 +116,11 @@ def base_config() -> ml_collections.ConfigDict:
     ))
     c.sampling = ml_collections.ConfigDict(dict(max_new_tokens=32, temperature=1.0, top_k=0, top_p=1.0))  # top_k 0 = off
     c.learner = ml_collections.ConfigDict(dict(
-        gamma=0.95, tau=0.1, critic_lr=2e-5, actor_lr=1e-6, max_grad_norm=1.0,
+        gamma=0.95, tau=0.1, critic_lr=2e-5, actor_lr=1e-6,
+        # Each network's gradient is clipped to this global norm: > 0, always on (as in the official
+        # code). 0 or less is refused rather than taken as "off" (in PyTorch a 0 norm would zero
+        # every gradient, not skip clipping); a huge value such as 1e9 never clips.
+        max_grad_norm=1.0,
         actor_loss="actor_pg",  # a name in archer_jax.learners.registry
         # Transitions per scanned micro-batch of a step: "auto" (the largest that fits the device,
         # from the compiled step's memory analysis; on CPUs at most batch_size, faster there) or a
@@ -134,7 +143,69 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+# One line of documentation per key of base_config (``--help`` prints them with the defaults; a
+# test checks that every key has one). The longer story is in docs/algorithms.md, section 10.
+KEY_DOCS: dict[str, str] = {
+    "agent": "the algorithm: archer | chai | filtered_bc (archer_jax.agents)",
+    "seed": "the run's seed: model initialisation, sampling, env games, replay draws",
+    "iterations": "outer-loop iterations (roll out, store, learn)",
+    "rollout_size": "dialogues collected per iteration",
+    "eval_size": "greedy dialogues per evaluation (the same games every time)",
+    "capacity": "replay buffer size in transitions",
+    "batch_size": "transitions per optimizer step, times grad_accum_steps (the official code's micro-batch)",
+    "grad_accum_steps": "with batch_size: batch_size x grad_accum_steps transitions per optimizer step",
+    "critic_steps": "critic optimizer steps per iteration",
+    "actor_steps": "actor optimizer steps per iteration, after warmup_iter",
+    "bc_steps": "filtered BC: optimizer steps per iteration",
+    "warmup_iter": "first iterations that train the critic only",
+    "chai_samples": "CHAI: candidate actions per state",
+    "filtered_bc_fraction": "filtered BC: top fraction of trajectories kept, in (0, 1]",
+    "eval_freq": "iterations between greedy evaluations (0 = only before training and at the end)",
+    "save_freq": "iterations between checkpoints (the last iteration is always saved)",
+    "keep_checkpoints": "checkpoints kept in workdir/checkpoints (older ones are deleted)",
+    "max_nonfinite_steps": "consecutive skipped (non-finite) optimizer steps that stop the run",
+    "use_wandb": "also log metrics to Weights & Biases",
+    "wandb_project": "the Weights & Biases project (with use_wandb)",
+    "compilation_cache": "JAX's persistent compilation cache directory (\"\" = off; JAX_COMPILATION_CACHE_DIR wins)",
+    "model.policy": "the policy: a hub name, an HF-format directory, or tiny:gpt2 (built offline)",
+    "model.critic": "the critic's encoder: a hub name, an HF-format directory, or tiny:roberta (built offline)",
+    "model.critic_embedding": "the critic's text embedding: pooler | first_token",
+    "model.dtype": "compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32 | bfloat16",
+    "model.matmul_precision": "float32 matmul precision: default | high | highest (archer_jax/precision.py)",
+    "model.remat": "activation checkpointing per block: none | dots (keep matmul outputs) | full (keep block inputs)",
+    "model.max_prompt_length": "policy prompt tokens kept (from the end)",
+    "model.max_critic_length": "critic tokens kept per text (from the end)",
+    "env.name": "the env: a name in archer_jax.envs.registry, or package.module:factory",
+    "env.options": "extra keyword arguments for the env (e.g. env.options.game_path for detective)",
+    "env.max_turns": "turn limit per dialogue (a cut there is a truncation, not an end)",
+    "env.workers": "env worker processes (0 = in this process)",
+    "env.timeout_s": "seconds of silence after which an env worker is restarted",
+    "sampling.max_new_tokens": "token limit of one utterance (must leave room for a prompt in the policy's positions)",
+    "sampling.temperature": "rollout sampling temperature (evaluation is greedy)",
+    "sampling.top_k": "sample from the k likeliest tokens only (0 = off)",
+    "sampling.top_p": "nucleus sampling: the smallest set of tokens with this much mass, in (0, 1] (1 = off)",
+    "learner.gamma": "discount per turn, in [0, 1]",
+    "learner.tau": "Polyak rate of the target critic, in (0, 1] (0 would never move the target)",
+    "learner.critic_lr": "Adam learning rate of the critic",
+    "learner.actor_lr": "Adam learning rate of the policy",
+    "learner.max_grad_norm": "clip each network's gradient to this global norm (> 0; always on)",
+    "learner.actor_loss": "the policy-gradient loss: a name in archer_jax.learners.registry",
+    "learner.micro_batch_size": "transitions per scanned micro-batch: auto (largest that fits) or a number that cuts each step evenly",
+    "sft.steps": "SFT warm-start steps before RL (0 = no warm start)",
+    "sft.lr": "SFT Adam learning rate",
+    "sft.batch_size": "SFT pairs per step",
+    "sft.data": "SFT demonstrations: experts | walkthrough (detective) | a .jsonl of {observation, action} lines",
+    "sft.dialogues": "expert dialogues played for the SFT data (sft.data=experts)",
+    "sft.experts": "comma-separated expert kinds (archer_jax.envs.experts.EXPERTS), taken in turn",
+    "sft.seed": "the SFT seed (the same warm start for every run seed)",
+    "mesh.data": "devices on the data axis (-1 = all remaining devices)",
+    "mesh.fsdp": "devices on the fsdp axis (batch and parameter shards; -1 = all remaining)",
+    "mesh.tensor": "devices on the tensor axis (heads, MLP and vocabulary columns; -1 = all remaining)",
+}
+
+
 def _flatten(c: ml_collections.ConfigDict, prefix: str = "") -> dict:
+    """``{"group.key": value}`` for every key (the free-form groups of :data:`FREE_FORM` as one)."""
     out = {}
     for key, value in c.items():
         name = f"{prefix}{key}"
@@ -159,6 +230,30 @@ def _type_ok(value, default) -> bool:
     return isinstance(value, type(default))
 
 
+def flat_defaults() -> dict:
+    """Every config key (``"learner.critic_lr"``) with its default, sorted by key."""
+    return _flatten(base_config())
+
+
+def suggest(key: str) -> str | None:
+    """The known key closest to a mistyped ``key`` (``"learner.critic_lrr"`` -> ``"learner.critic_lr"``;
+    ``"critic_lrr"`` -> ``"learner.critic_lr"``), or None."""
+    keys = list(flat_defaults())
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.75)
+    if close:
+        return close[0]
+    leaves = {k.rsplit(".", 1)[-1]: k for k in keys}
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(leaves), n=1, cutoff=0.75)
+    return leaves[close[0]] if close else None
+
+
+def unknown_key(key: str) -> str:
+    """The one-line message for an unknown config key, with the closest known key if there is one."""
+    near = suggest(key)
+    hint = f"did you mean {near}?" if near else "every key is listed by --help and in archer_jax/config.py"
+    return f"unknown config key; {hint}"
+
+
 def renamed(key: str) -> str | None:
     """The one-line error for a key of the old flat config, or None."""
     if key in RENAMED:
@@ -167,16 +262,23 @@ def renamed(key: str) -> str | None:
 
 
 def _check_model(key: str, name: str, kind: str) -> None:
+    """A tiny model of the right kind, an existing HF-format directory, or (offline) a cached hub name.
+
+    A name that exists on disk is a local directory, whatever it looks like (``models/mygpt2``);
+    only a name that is not on disk is looked up on the hub.
+    """
     if name.startswith(TINY_PREFIX):
         if name != TINY_PREFIX + kind:
             raise ConfigError(f"config.{key}: {name!r} is not a tiny model for this role; use {TINY_PREFIX + kind!r}")
         return
     path = Path(name).expanduser()
-    if path.exists() or hub.looks_like_path(name):
+    if path.exists():
         if not path.is_dir():
-            raise ConfigError(f"config.{key}: model directory {name} does not exist")
+            raise ConfigError(f"config.{key}: {name} is a file, not a model directory")
         if not (path / "config.json").is_file():
             raise ConfigError(f"config.{key}: {name} has no config.json (not a Hugging Face model directory)")
+    elif hub.looks_like_path(name):
+        raise ConfigError(f"config.{key}: model directory {name} does not exist")
     elif hub.is_offline():  # a hub name must already be cached (online, the loader downloads it)
         try:
             hub.resolve(name)
@@ -189,7 +291,7 @@ def _check_keys(config: ml_collections.ConfigDict) -> dict:
     base, given = _flatten(base_config()), _flatten(config)
     for key in given:
         if key not in base:
-            raise ConfigError(renamed(key) or f"config.{key}: unknown config key (known keys: archer_jax/config.py)")
+            raise ConfigError(renamed(key) or f"config.{key}: {unknown_key(key)}")
     for key, default in base.items():
         if key not in given:
             raise ConfigError(f"config.{key}: missing (configs start from archer_jax.config.base_config())")
@@ -244,14 +346,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
     positive("critic_steps", "actor_steps", "bc_steps", "warmup_iter", "eval_freq", "save_freq", "sampling.top_k",
              "env.workers", "sft.steps", zero=True)
     _check_micro_batch_size(c)
-    for key in ("learner.gamma", "learner.tau", "filtered_bc_fraction", "sampling.top_p"):
-        if not 0 <= given[key] <= 1:
-            raise ConfigError(f"config.{key}: must be in [0, 1], got {given[key]}")
-    for key in ("filtered_bc_fraction", "sampling.top_p"):
-        if given[key] == 0:
-            raise ConfigError(f"config.{key}: must be > 0")
-    if not math.isfinite(c.learner.max_grad_norm):
-        raise ConfigError(f"config.learner.max_grad_norm: must be finite, got {c.learner.max_grad_norm}")
+    if not 0 <= given["learner.gamma"] <= 1:
+        raise ConfigError(f"config.learner.gamma: must be in [0, 1], got {given['learner.gamma']}")
+    for key in ("learner.tau", "filtered_bc_fraction", "sampling.top_p"):
+        if not 0 < given[key] <= 1:  # tau = 0: the target critic would never move
+            raise ConfigError(f"config.{key}: must be in (0, 1], got {given[key]}")
+    norm = given["learner.max_grad_norm"]
+    if not (math.isfinite(norm) and norm > 0):  # clipping is always on (see base_config)
+        raise ConfigError(f"config.learner.max_grad_norm: must be finite and > 0 (clipping cannot be turned off; "
+                          f"a huge value such as 1e9 never clips), got {norm}")
     for axis in ("data", "fsdp", "tensor"):
         if c.mesh[axis] == 0 or c.mesh[axis] < -1:
             raise ConfigError(f"config.mesh.{axis}: must be -1 (all remaining devices) or >= 1, got {c.mesh[axis]}")

@@ -21,6 +21,7 @@ import numpy as np
 from archer_jax import rollout
 from archer_jax.envs import registry
 from archer_jax.envs.pool import EnvPool
+from archer_jax.errors import ConfigError
 from archer_jax.input_pipeline import InputPipeline
 from archer_jax.learners.batches import bc_batch
 from archer_jax.learners.learner import Learner
@@ -51,24 +52,46 @@ def _walkthrough(config) -> tuple[list[str], list[str]]:
     with EnvPool(registry.env_factory(config), 1) as pool:
         env = pool.local_env(0)
         if not hasattr(env, "get_walkthrough"):
-            raise ValueError(f"config.sft.data: env {config.env.name!r} has no walkthrough")
+            raise ConfigError(f"config.sft.data: env {config.env.name!r} has no walkthrough")
         steps = iter(env.get_walkthrough())
         _play_one(pool, lambda _: next(steps, None), config.sft.seed, config.env.max_turns, pairs)
     return pairs
 
 
-def _jsonl(path: Path) -> tuple[list[str], list[str]]:
+JSONL_FORMAT = '{"observation": "...", "action": "..."}'
+
+
+def read_jsonl(path: str | Path) -> tuple[list[str], list[str]]:
+    """The ``(observations, actions)`` of a ``.jsonl`` file of :data:`JSONL_FORMAT` objects (blank
+    lines are skipped); a :class:`ConfigError` naming the file and line for anything else,
+    including a file without a single pair."""
+    path = Path(path).expanduser()
+    where = f"config.sft.data: {path}"
     observations, actions = [], []
-    with path.open() as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                observations.append(str(record["observation"]))
-                actions.append(str(record["action"]))
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{number}: expected {{\"observation\": ..., \"action\": ...}} ({e})") from None
+    try:
+        with path.open(encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{where}:{number}: not JSON ({e.msg}); each line is {JSONL_FORMAT}") from None
+                if not isinstance(record, dict):
+                    raise ConfigError(f"{where}:{number}: a {type(record).__name__}, not an object; each line is {JSONL_FORMAT}")
+                for key in ("observation", "action"):
+                    if not isinstance(record.get(key), str):
+                        found = "missing" if key not in record else f"a {type(record[key]).__name__}, not a string"
+                        keys = ", ".join(map(repr, record)) or "none"
+                        raise ConfigError(f"{where}:{number}: {key!r} is {found} (keys: {keys}); each line is {JSONL_FORMAT}")
+                observations.append(record["observation"])
+                actions.append(record["action"])
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it ({e.strerror or e})") from None
+    if not observations:
+        raise ConfigError(f"{where}: no (observation, action) pairs; each line is {JSONL_FORMAT}")
     return observations, actions
 
 
@@ -79,9 +102,9 @@ def demonstrations(config) -> tuple[list[str], list[str]]:
     elif config.sft.data == "walkthrough":
         pairs = _walkthrough(config)
     else:
-        pairs = _jsonl(Path(config.sft.data).expanduser())
+        pairs = read_jsonl(config.sft.data)
     if not pairs[0]:
-        raise ValueError(f"config.sft.data: {config.sft.data!r} gave no (observation, action) pairs")
+        raise ConfigError(f"config.sft.data: {config.sft.data!r} gave no (observation, action) pairs")
     return pairs
 
 

@@ -41,11 +41,9 @@ DEFAULT_RULES: Rules = (
 )
 
 
-def make_mesh(
-    data: int = -1, fsdp: int = 1, tensor: int = 1, *, devices: Sequence[jax.Device] | None = None
-) -> Mesh:
-    """A ``(data, fsdp, tensor)`` mesh over ``devices`` (default: all). ``-1`` takes what is left."""
-    devices = list(jax.devices() if devices is None else devices)
+def mesh_shape(data: int = -1, fsdp: int = 1, tensor: int = 1, *, num_devices: int) -> dict[str, int]:
+    """The ``{data, fsdp, tensor}`` sizes of a mesh over ``num_devices`` devices (``-1`` takes
+    what is left), or a one-line ``ValueError`` saying why they do not fit."""
     sizes = {"data": data, "fsdp": fsdp, "tensor": tensor}
     free = [name for name, size in sizes.items() if size == -1]
     if len(free) > 1:
@@ -54,13 +52,25 @@ def make_mesh(
         if size != -1 and size < 1:
             raise ValueError(f"mesh axis {name!r} must be >= 1 or -1, got {size}")
     fixed = math.prod(size for size in sizes.values() if size != -1)
+    given = " x ".join(f"{name}={size}" for name, size in sizes.items())
     if free:
-        if len(devices) % fixed:
-            raise ValueError(f"{len(devices)} devices do not divide into mesh axes {sizes}")
-        sizes[free[0]] = len(devices) // fixed
+        if num_devices % fixed:
+            raise ValueError(f"{num_devices} devices do not divide into mesh axes {given} "
+                             f"(the other axes take {fixed} devices per {free[0]} slot)")
+        sizes[free[0]] = num_devices // fixed
+    elif fixed != num_devices:
+        raise ValueError(f"mesh {given} needs {fixed} devices, have {num_devices} "
+                         f"(make the axes multiply to {num_devices}, or set one of them to -1)")
+    return sizes
+
+
+def make_mesh(
+    data: int = -1, fsdp: int = 1, tensor: int = 1, *, devices: Sequence[jax.Device] | None = None
+) -> Mesh:
+    """A ``(data, fsdp, tensor)`` mesh over ``devices`` (default: all). ``-1`` takes what is left."""
+    devices = list(jax.devices() if devices is None else devices)
+    sizes = mesh_shape(data, fsdp, tensor, num_devices=len(devices))
     shape = tuple(sizes[name] for name in MESH_AXES)
-    if math.prod(shape) != len(devices):
-        raise ValueError(f"mesh {dict(zip(MESH_AXES, shape))} needs {math.prod(shape)} devices, have {len(devices)}")
     return Mesh(np.asarray(devices, dtype=object).reshape(shape), MESH_AXES)
 
 

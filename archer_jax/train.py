@@ -48,7 +48,9 @@ log = logging.getLogger("archer_jax")
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict[str, Any]:
     """Trains (or resumes) the run in ``workdir``; returns the summary written to summary.json."""
-    validate(config)
+    from archer_jax import preflight
+
+    preflight.check(config, workdir)  # validate(config), then every check that needs no model
     _use_compilation_cache(config.compilation_cache)
     workdir = Path(workdir).expanduser()
     workdir.mkdir(parents=True, exist_ok=True)

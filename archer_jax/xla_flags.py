@@ -15,10 +15,17 @@ effects); in your own program or notebook, call it first thing::
 
     from archer_jax import xla_flags
     xla_flags.set_default_flags()   # before the first JAX computation
+
+The entry points also call :func:`quiet_tpu_probe`: JAX tries a TPU backend first and, on a
+machine without one, logs ``Unable to initialize backend 'tpu': ... libtpu.so ...`` at INFO level
+on every start. The filter drops that record only where no TPU chip is attached; on a machine with
+one, a TPU that fails to start is still reported, and every other record passes.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from importlib import metadata
 
@@ -63,3 +70,34 @@ def set_default_flags(environ=os.environ, known: bool | None = None) -> str:
             flags = f"{flags} --{name}={value}".strip()
     environ["XLA_FLAGS"] = flags
     return flags
+
+
+TPU_PROBE_MESSAGE = "Unable to initialize backend 'tpu'"
+JAX_BACKEND_LOGGER = "jax._src.xla_bridge"
+
+
+@functools.cache
+def tpu_attached() -> bool:
+    """Whether a TPU chip is attached to this machine (JAX's own PCI probe; True when unknown)."""
+    try:
+        from jax._src import hardware_utils
+
+        return hardware_utils.num_available_tpu_chips_and_device_id()[0] > 0
+    except Exception:  # a JAX without the probe: keep every message
+        return True
+
+
+class NoTpuProbeFilter(logging.Filter):
+    """Drops JAX's INFO record of a failed TPU backend start when no TPU chip is attached."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO or not record.getMessage().startswith(TPU_PROBE_MESSAGE):
+            return True
+        return tpu_attached()
+
+
+def quiet_tpu_probe() -> None:
+    """Installs :class:`NoTpuProbeFilter` on JAX's backend logger (once)."""
+    logger = logging.getLogger(JAX_BACKEND_LOGGER)
+    if not any(isinstance(f, NoTpuProbeFilter) for f in logger.filters):
+        logger.addFilter(NoTpuProbeFilter())

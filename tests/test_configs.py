@@ -63,3 +63,73 @@ def test_env_specific_settings_follow_the_official_code():
     webshop = load("webshop.py").get_config()
     assert (webshop.env.name, webshop.env.max_turns, webshop.rollout_size) == ("webshop", 10, 512)
     assert load("20q_subset.py").get_config().env.name == "twenty_questions_subset"
+
+
+# ---- keys, their docs and the validation gaps of issue 19 (item 7) -------------------------
+
+
+def test_every_key_has_one_line_of_doc():
+    from archer_jax import config as config_lib
+
+    keys = list(config_lib.flat_defaults())
+    assert sorted(config_lib.KEY_DOCS) == sorted(keys)
+    assert all(doc.strip() and "\n" not in doc for doc in config_lib.KEY_DOCS.values())
+
+
+def _tiny():
+    c = load("20q.py").get_config("micro")
+    return c
+
+
+@pytest.mark.parametrize(
+    "group, key, value, message",
+    [
+        ("learner", "tau", 0.0, r"^config.learner.tau: must be in \(0, 1\], got 0.0$"),
+        ("learner", "tau", 1.5, r"^config.learner.tau: must be in \(0, 1\], got 1.5$"),
+        ("learner", "max_grad_norm", 0.0, r"^config.learner.max_grad_norm: must be finite and > 0 .*got 0.0$"),
+        ("learner", "max_grad_norm", -1.0, r"^config.learner.max_grad_norm: must be finite and > 0 .*got -1.0$"),
+        ("learner", "max_grad_norm", float("inf"), r"^config.learner.max_grad_norm: must be finite and > 0 .*got inf$"),
+        ("learner", "gamma", 1.5, r"^config.learner.gamma: must be in \[0, 1\], got 1.5$"),
+        ("sampling", "top_p", 0.0, r"^config.sampling.top_p: must be in \(0, 1\], got 0.0$"),
+    ],
+)
+def test_out_of_range_values_are_one_line(group, key, value, message):
+    from archer_jax import config as config_lib
+
+    c = _tiny()
+    c[group][key] = value
+    with pytest.raises(config_lib.ConfigError, match=message):
+        config_lib.validate(c)
+
+
+def test_edges_that_stay_valid():
+    from archer_jax import config as config_lib
+
+    c = _tiny()
+    c.learner.tau, c.learner.gamma, c.learner.max_grad_norm = 1.0, 0.0, 1e9
+    config_lib.validate(c)
+
+
+def test_clipping_cannot_be_turned_off_silently():
+    import optax
+
+    from archer_jax.learners import train_state
+
+    for norm in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="max_grad_norm must be finite and > 0"):
+            train_state.optimizer(1e-3, norm)
+    assert isinstance(train_state.optimizer(1e-3, None), optax.GradientTransformation)  # the library's explicit "off"
+
+
+def test_unknown_keys_name_the_closest_known_key():
+    from archer_jax import config as config_lib
+
+    assert config_lib.suggest("learner.critic_lrr") == "learner.critic_lr"
+    assert config_lib.suggest("critic_lrr") == "learner.critic_lr"
+    assert config_lib.suggest("sft.stpes") == "sft.steps"
+    assert config_lib.suggest("completely_different") is None
+    c = _tiny()
+    c.learner.critic_lrr = 1e-4
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"^config.learner.critic_lrr: unknown config key; did you mean learner.critic_lr\?$"):
+        config_lib.validate(c)

@@ -69,3 +69,18 @@ def test_batch_size_multiple():
     assert sharding.batch_size_multiple(None) == 1
     if jax.device_count() >= 8:
         assert sharding.batch_size_multiple(sharding.make_mesh(2, 2, 2)) == 4
+
+
+def test_mesh_shape_errors_are_one_line_without_devices():
+    assert sharding.mesh_shape(-1, 2, 1, num_devices=8) == {"data": 4, "fsdp": 2, "tensor": 1}
+    assert sharding.mesh_shape(2, 2, 2, num_devices=8) == {"data": 2, "fsdp": 2, "tensor": 2}
+    cases = [
+        ((3, 1, 1, 1), "mesh data=3 x fsdp=1 x tensor=1 needs 3 devices, have 1 (make the axes multiply to 1, or set one of them to -1)"),
+        ((-1, 3, 1, 8), "8 devices do not divide into mesh axes data=-1 x fsdp=3 x tensor=1 (the other axes take 3 devices per data slot)"),
+        ((-1, -1, 1, 8), "only one mesh axis may be -1, got ['data', 'fsdp']"),
+        ((0, 1, 1, 8), "mesh axis 'data' must be >= 1 or -1, got 0"),
+    ]
+    for (data, fsdp, tensor, devices), message in cases:
+        with pytest.raises(ValueError) as info:
+            sharding.mesh_shape(data, fsdp, tensor, num_devices=devices)
+        assert str(info.value) == message

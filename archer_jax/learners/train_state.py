@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import dataclasses
+import math
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -40,10 +40,16 @@ class States:
 
 
 def optimizer(learning_rate: float, max_grad_norm: float | None) -> optax.GradientTransformation:
-    """Adam on gradients clipped to ``max_grad_norm`` (global norm over this network only)."""
+    """Adam on gradients clipped to ``max_grad_norm`` (global norm over this network only).
+
+    ``None`` (for callers of the library only; a run's config always clips) means no clipping; a
+    norm of 0 or less is refused rather than silently turning clipping off.
+    """
     adam = optax.adam(learning_rate)
-    if max_grad_norm is None or max_grad_norm <= 0:
+    if max_grad_norm is None:
         return adam
+    if not (math.isfinite(max_grad_norm) and max_grad_norm > 0):
+        raise ValueError(f"max_grad_norm must be finite and > 0 (None = no clipping), got {max_grad_norm}")
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), adam)
 
 

@@ -62,6 +62,8 @@ def looks_like_path(name: str) -> bool:
 def resolve(name_or_path: str | os.PathLike) -> Path:
     """Returns a local model directory for a hub name (``gpt2``) or a directory.
 
+    A name that exists on disk is local, relative or not (``models/mygpt2``); only a name that
+    is not on disk and looks like a hub id (``name`` or ``owner/name``) is looked up on the hub.
     A hub name is looked up in the Hugging Face cache and downloaded when the hub is reachable
     (config, tokenizer and safetensors weights; ``pytorch_model.bin`` only where a repo has no
     safetensors). Raises :class:`ModelLoadError` with a one-line reason otherwise.
@@ -93,11 +95,38 @@ def _download(repo_id: str) -> Path:
     except Exception as e:  # offline mode, no network, or a cache miss: one message for all
         why = "HF_HUB_OFFLINE is set" if is_offline() else f"the hub is unreachable ({type(e).__name__})"
         raise ModelLoadError(
-            f"cannot load {repo_id!r}: it is not in the local Hugging Face cache and {why}; "
-            f"download it once where the hub is reachable, or pass a local directory in Hugging Face "
+            f"cannot load {repo_id!r}: it is neither an existing directory nor in the local Hugging Face cache, "
+            f"and {why}; download it once where the hub is reachable, or pass a local directory in Hugging Face "
             f"format ({CONFIG} + {SAFETENSORS}) instead of the name"
         ) from None
     return local
+
+
+def peek_config(name_or_path: str | os.PathLike) -> dict[str, Any] | None:
+    """``config.json`` of a model directory or hub name, without reading or downloading weights.
+
+    A hub name is read from the Hugging Face cache, or (online) only its ``config.json`` is
+    fetched. None when it cannot be had: the loader then reports why, in one line.
+    """
+    name = os.fspath(name_or_path)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return read_config(path)
+    if path.exists() or looks_like_path(name):
+        return None
+    import huggingface_hub
+
+    try:
+        cached = huggingface_hub.try_to_load_from_cache(name, CONFIG)
+        if isinstance(cached, str):
+            file = Path(cached)
+        elif is_offline():
+            return None
+        else:
+            file = Path(huggingface_hub.hf_hub_download(name, CONFIG))
+        return json.loads(file.read_text())
+    except Exception:  # an invalid or unknown name, no network, a bad file: the loader says which
+        return None
 
 
 def read_config(directory: Path) -> dict[str, Any]:

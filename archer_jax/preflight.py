@@ -1,0 +1,145 @@
+"""Every check of a run's inputs that needs no model, made before anything is built.
+
+    preflight.check(config, workdir)   # raises ConfigError: one line naming the key or path
+
+:func:`~archer_jax.config.validate` checks the config's keys and values on their own; this adds
+what needs the world around it: the workdir and the compilation cache can be written, the mesh
+fits the devices, the policy's ``config.json`` (read, not loaded) leaves room for a prompt next to
+``sampling.max_new_tokens`` and describes the right architecture, and a ``.jsonl`` of SFT
+demonstrations parses. A run that passes fails later only for reasons that appear while it runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+import ml_collections
+
+from archer_jax import agents, sharding, sft
+from archer_jax.config import validate
+from archer_jax.envs import registry as envs
+from archer_jax.errors import ConfigError
+from archer_jax.models import hub
+from archer_jax.models.gpt2.model import GPT2Config
+from archer_jax.models.tiny import TINY_PREFIX, tiny_config
+
+SFT_SOURCES = ("experts", "walkthrough")
+
+
+def check(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None:
+    """Raises :class:`ConfigError` (one line, naming the config key or the path) unless a run of
+    ``config`` in ``workdir`` can start; builds and writes nothing."""
+    validate(config)
+    check_workdir(workdir)
+    check_compilation_cache(config.compilation_cache)
+    check_sft_data(config)
+    check_models(config)
+    check_mesh(config.mesh, jax.device_count())
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its closest ancestor that exists."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _check_writable_directory(path: Path, what: str) -> None:
+    """``path`` is a writable directory, or can be made one (every ancestor that exists is a
+    directory and the nearest one is writable)."""
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        in_the_way = "is a file" if existing == path else f"cannot be made: {existing} is a file"
+        raise ConfigError(f"{what}: {path} {in_the_way}, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        made = "" if existing == path else f" (it would be made in {existing})"
+        raise ConfigError(f"{what}: {existing} is not writable{made}")
+
+
+def check_workdir(workdir: str | os.PathLike) -> None:
+    """The workdir is (or can be made) a writable directory, and what a run writes there is not
+    blocked by a file of the same name."""
+    path = Path(workdir).expanduser()
+    _check_writable_directory(path, "--workdir")
+    checkpoints = path / "checkpoints"
+    if checkpoints.exists() and not checkpoints.is_dir():
+        raise ConfigError(f"--workdir: {checkpoints} is a file, not the checkpoint directory")
+
+
+def check_compilation_cache(directory: str) -> None:
+    """``config.compilation_cache`` can be written, when it is the cache the run will use (a
+    cache already set, e.g. by JAX_COMPILATION_CACHE_DIR, wins and is JAX's to check)."""
+    if directory and not jax.config.jax_compilation_cache_dir:
+        _check_writable_directory(Path(directory).expanduser(), "config.compilation_cache")
+
+
+def check_sft_data(config: ml_collections.ConfigDict) -> None:
+    """With a warm start: the env has experts (``experts``) or a walkthrough (``walkthrough``), or
+    the ``.jsonl`` file parses into at least one (observation, action) pair."""
+    if not config.sft.steps:
+        return
+    data = config.sft.data
+    if data == "experts":
+        spec = envs.ENVS.get(config.env.name)
+        if spec is None or spec.expert is None:
+            raise ConfigError(f"config.sft.data: env {config.env.name!r} has no scripted experts; "
+                              "use 'walkthrough' (detective) or a .jsonl file")
+    elif data == "walkthrough":
+        try:
+            env = envs.env_factory(config)  # a class (or a partial of one): no env is made
+        except Exception:  # e.g. the env's own package is missing: the env reports it when made
+            return
+        env_class = getattr(env, "func", env)
+        if isinstance(env_class, type) and not hasattr(env_class, "get_walkthrough"):
+            raise ConfigError(f"config.sft.data: env {config.env.name!r} has no walkthrough")
+    else:
+        sft.read_jsonl(data)
+
+
+def _model_config(name: str, kind: str) -> tuple[str, dict] | None:
+    """(``model_type``, the parsed ``config.json``) of a model name, without loading it; None
+    when it cannot be had here (the loader then reports why)."""
+    if name.startswith(TINY_PREFIX):
+        return kind, tiny_config(kind, vocab_size=1).to_hf_dict()
+    found = hub.peek_config(name)
+    if found is None:
+        return None
+    return found.get("model_type"), found
+
+
+def check_models(config: ml_collections.ConfigDict) -> None:
+    """The policy's ``config.json`` describes a GPT-2 with room for a prompt next to
+    ``sampling.max_new_tokens``; the critic's (when the agent has one) a RoBERTa."""
+    roles = [("model.policy", config.model.policy, "gpt2")]
+    if agents.get(config.agent).needs_critic:
+        roles.append(("model.critic", config.model.critic, "roberta"))
+    for key, name, kind in roles:
+        try:
+            found = _model_config(name, kind)
+        except hub.ModelLoadError as e:
+            raise ConfigError(f"config.{key}: {e}") from None
+        if found is None:
+            continue
+        model_type, hf_config = found
+        if model_type is None:
+            raise ConfigError(f"config.{key}: {name} has no model_type in its config.json (expected {kind!r})")
+        if model_type != kind:
+            raise ConfigError(f"config.{key}: {name} is a {model_type!r} model, not {kind!r}")
+        if kind == "gpt2":
+            positions = GPT2Config.from_hf_dict(hf_config).n_positions
+            new_tokens = config.sampling.max_new_tokens
+            if new_tokens >= positions:
+                raise ConfigError(
+                    f"config.sampling.max_new_tokens: {new_tokens} leaves no room for a prompt in the "
+                    f"{positions} positions of {key} {name} (must be < {positions})"
+                )
+
+
+def check_mesh(mesh: ml_collections.ConfigDict, num_devices: int) -> None:
+    """``config.mesh`` fits the run's ``num_devices`` devices (every process's)."""
+    try:
+        sharding.mesh_shape(mesh.data, mesh.fsdp, mesh.tensor, num_devices=num_devices)
+    except ValueError as e:
+        raise ConfigError(f"config.mesh: {e}") from None

@@ -1,0 +1,299 @@
+"""Bad input fails with one line naming the key or path, before any model is built
+(archer_jax.preflight), and the command line around it: typo'd keys, ``--help``, the TPU noise.
+
+Most checks call preflight/parse_flags directly; a few run the command line in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+from archer_jax import cli, config as config_lib, preflight, sft, train, xla_flags
+from archer_jax.errors import ConfigError
+from tests.train.test_train_app import CONFIG, micro
+
+# ---- helpers ------------------------------------------------------------------------------
+
+
+def one_line_error(fn, *args) -> str:
+    """The message of the ConfigError that ``fn(*args)`` raises, checked to be one line."""
+    with pytest.raises(ConfigError) as info:
+        fn(*args)
+    message = str(info.value)
+    assert message and "\n" not in message, message
+    return message
+
+
+@pytest.fixture
+def no_cache_set():
+    """No compilation cache set yet (conftest sets one for the session), as in a user's run."""
+    before = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+
+
+def gpt2_config_dir(directory: Path, **fields) -> Path:
+    """A model directory holding only a config.json (enough for validate and preflight)."""
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps({"model_type": "gpt2", **fields}))
+    return directory
+
+
+def assert_match(text: str, pattern: str) -> None:
+    assert re.match(pattern, text), f"{text!r} does not match {pattern!r}"
+
+
+def jsonl(tmp_path: Path, text: str | bytes) -> str:
+    path = tmp_path / "demos.jsonl"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return str(path)
+
+
+# ---- every bad input: one line naming the key or path, before any model --------------------
+
+BAD_INPUTS = {
+    # name: (overrides of micro(), workdir relative to tmp_path or a callable making it, expected message)
+    "workdir is a file": (dict(), "file", r"--workdir: .*/file is a file, not a directory"),
+    "workdir under a file": (dict(), "file/run", r"--workdir: .*/file/run cannot be made: .*/file is a file"),
+    "mesh larger than the devices": (dict(mesh__data=3), "run",
+                                     r"config.mesh: mesh data=3 x fsdp=1 x tensor=1 needs 3 devices, have \d+"),
+    "max_new_tokens fills the positions": (dict(sampling__max_new_tokens=512), "run",
+                                           r"config.sampling.max_new_tokens: 512 leaves no room for a prompt in the 512 "
+                                           r"positions of model.policy tiny:gpt2 \(must be < 512\)"),
+    "tau zero": (dict(learner__tau=0.0), "run", r"config.learner.tau: must be in \(0, 1\], got 0.0"),
+    "max_grad_norm zero": (dict(learner__max_grad_norm=0.0), "run", r"config.learner.max_grad_norm: must be finite and > 0"),
+    "max_grad_norm negative": (dict(learner__max_grad_norm=-1.0), "run", r"config.learner.max_grad_norm: .* got -1.0"),
+    "typo'd key in a config object": (dict(), "run", r"config.learner.critic_lrr: unknown config key; did you mean learner.critic_lr\?"),
+}
+
+
+def _make(name: str, tmp_path: Path):
+    overrides, workdir, message = BAD_INPUTS[name]
+    (tmp_path / "file").write_text("not a directory")
+    c = micro(**overrides)
+    if name == "typo'd key in a config object":
+        c.learner.unlock()
+        c.learner.critic_lrr = 1e-4
+    return c, tmp_path / workdir, message
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_bad_input_is_one_line_from_preflight(name, tmp_path):
+    c, workdir, message = _make(name, tmp_path)
+    assert_match(one_line_error(preflight.check, c, workdir), message)
+
+
+@pytest.fixture
+def no_models(monkeypatch):
+    """Fails the test if a run builds its components (models, sampler, env pool)."""
+
+    def built(*args, **kwargs):
+        raise AssertionError("Components were built before the bad input was reported")
+
+    monkeypatch.setattr(train, "Components", built)
+
+
+@pytest.mark.parametrize("name", ["workdir is a file", "mesh larger than the devices", "max_new_tokens fills the positions",
+                                  "tau zero"])
+def test_train_reports_bad_input_before_building_anything(name, tmp_path, no_models):
+    c, workdir, message = _make(name, tmp_path)
+    with pytest.raises(ConfigError, match=message):
+        train.train_and_evaluate(c, workdir)
+    assert not (tmp_path / "run").exists()
+
+
+def test_unwritable_workdir_and_compilation_cache(tmp_path, monkeypatch, no_cache_set):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    if os.geteuid() == 0:  # root writes anywhere: take the permission bits as a user would
+        real_access = os.access
+        monkeypatch.setattr(os, "access",
+                            lambda p, mode, **kw: real_access(p, mode, **kw) and not str(p).startswith(str(locked)))
+    try:
+        c = micro()
+        assert_match(one_line_error(preflight.check, c, locked), r"--workdir: .*/locked is not writable$")
+        assert_match(one_line_error(preflight.check, c, locked / "run"),
+                     r"--workdir: .*/locked is not writable \(it would be made in .*/locked\)")
+        c.compilation_cache = str(locked / "xla")
+        assert_match(one_line_error(preflight.check, c, tmp_path / "run"), r"config.compilation_cache: .*/locked is not writable")
+        (tmp_path / "file").write_text("")
+        c.compilation_cache = str(tmp_path / "file" / "xla")
+        assert_match(one_line_error(preflight.check, c, tmp_path / "run"),
+                     r"config.compilation_cache: .*/file/xla cannot be made: .*/file is a file")
+        c.compilation_cache = str(tmp_path / "xla")
+        preflight.check(c, tmp_path / "run")  # a cache that can be made
+        assert not (tmp_path / "xla").exists() and not (tmp_path / "run").exists()  # preflight writes nothing
+    finally:
+        locked.chmod(0o755)
+
+
+def test_mesh_is_checked_against_the_device_count():
+    c = micro(mesh__data=3)
+    assert one_line_error(preflight.check_mesh, c.mesh, 1) == (
+        "config.mesh: mesh data=3 x fsdp=1 x tensor=1 needs 3 devices, have 1 (make the axes multiply to 1, or set one of them to -1)")
+    c = micro(mesh__fsdp=3)
+    assert "8 devices do not divide" in one_line_error(preflight.check_mesh, c.mesh, 8)
+    preflight.check_mesh(micro(mesh__data=2, mesh__fsdp=-1).mesh, 8)
+
+
+def test_policy_positions_and_architecture_come_from_config_json(tmp_path):
+    small = gpt2_config_dir(tmp_path / "small_gpt2", n_positions=32)
+    c = micro(model__policy=str(small))
+    assert one_line_error(preflight.check, c, tmp_path / "run") == (
+        f"config.sampling.max_new_tokens: 32 leaves no room for a prompt in the 32 positions of model.policy {small} (must be < 32)")
+    c.sampling.max_new_tokens = 31
+    preflight.check(c, tmp_path / "run")
+    roberta = tmp_path / "roberta"
+    roberta.mkdir()
+    (roberta / "config.json").write_text(json.dumps({"model_type": "roberta"}))
+    c = micro(model__policy=str(roberta))
+    assert one_line_error(preflight.check, c, tmp_path / "run") == f"config.model.policy: {roberta} is a 'roberta' model, not 'gpt2'"
+    (roberta / "config.json").write_text("{not json")
+    assert "config.model.policy: " in one_line_error(preflight.check, c, tmp_path / "run")
+
+
+def test_a_cached_hub_name_is_checked_from_its_config_json_alone(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    revision = "0" * 40
+    repo = tmp_path / "hub" / "models--someone--short-gpt2"
+    gpt2_config_dir(repo / "snapshots" / revision, n_positions=16)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    c = micro(model__policy="someone/short-gpt2")
+    assert "in the 16 positions of model.policy someone/short-gpt2" in one_line_error(preflight.check, c, tmp_path / "run")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", r"config.sft.data: .*demos.jsonl: no \(observation, action\) pairs"),
+        ("\n  \n", r"config.sft.data: .*demos.jsonl: no \(observation, action\) pairs"),
+        ('{"observation": "a", "action": "b"}\n{"observation": "c", "action": \n',
+         r"config.sft.data: .*demos.jsonl:2: not JSON \(Expecting value\)"),
+        ('{"obs": "a", "act": "b"}\n', r"config.sft.data: .*demos.jsonl:1: 'observation' is missing \(keys: 'obs', 'act'\)"),
+        ('{"observation": "a", "action": null}\n', r"config.sft.data: .*demos.jsonl:1: 'action' is a NoneType, not a string"),
+        ('["a", "b"]\n', r"config.sft.data: .*demos.jsonl:1: a list, not an object"),
+        (b'{"observation": "\xff", "action": "b"}\n', r"config.sft.data: .*demos.jsonl: not UTF-8 text"),
+    ],
+)
+def test_bad_sft_data_files(text, message, tmp_path):
+    c = micro(sft__data=jsonl(tmp_path, text))
+    assert_match(one_line_error(preflight.check, c, tmp_path / "run"), message)
+
+
+def test_good_sft_data_file_and_sources_without_experts(tmp_path):
+    path = jsonl(tmp_path, '{"observation": "Questions:\\n", "action": "Is it an animal?"}\n\n')
+    assert sft.read_jsonl(path) == (["Questions:\n"], ["Is it an animal?"])
+    preflight.check(micro(sft__data=path), tmp_path / "run")
+    # No scripted experts or walkthrough for an env is found before the run too.
+    c = micro(sft__data="walkthrough")
+    assert one_line_error(preflight.check, c, tmp_path / "run") == (
+        "config.sft.data: env 'twenty_questions_subset' has no walkthrough")
+    preflight.check(micro(sft__data="walkthrough", sft__steps=0), tmp_path / "run")  # no warm start: not read
+
+
+# ---- model names: a path that exists is local ----------------------------------------------
+
+
+def test_relative_model_paths_are_local_and_unknown_names_say_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    gpt2_config_dir(tmp_path / "models" / "mygpt2")
+    config_lib.validate(micro(model__policy="models/mygpt2"))  # exists: local, not a hub id
+    message = one_line_error(config_lib.validate, micro(model__policy="models/othergpt2"))
+    assert message.startswith("config.model.policy: cannot load 'models/othergpt2': it is neither an existing directory "
+                              "nor in the local Hugging Face cache, and HF_HUB_OFFLINE is set")
+    (tmp_path / "models" / "afile").write_text("")
+    assert one_line_error(config_lib.validate, micro(model__policy="models/afile")) == (
+        "config.model.policy: models/afile is a file, not a model directory")
+
+
+# ---- the command line -----------------------------------------------------------------------
+
+
+def exit_message(argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        cli.parse_flags(argv)
+    return info.value.code
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--config.learner.critic_lrr=1e-4", "error: --config.learner.critic_lrr: unknown config key; did you mean learner.critic_lr?"),
+        ("--config.critic_lrr=1e-4", "error: --config.critic_lrr: unknown config key; did you mean learner.critic_lr?"),
+        ("--config.sampling.temprature=0.5", "error: --config.sampling.temprature: unknown config key; did you mean sampling.temperature?"),
+        ("--config.zzz=1", "error: --config.zzz: unknown config key; every key is listed by --help and in archer_jax/config.py"),
+        ("--config.tau=0.5", "error: --config.tau: renamed to config.learner.tau (docs/algorithms.md lists every key)"),
+    ],
+)
+def test_typod_keys_are_one_clean_line(flag, message):
+    assert exit_message(["train", f"--config={CONFIG}:micro", "--workdir=/tmp/x", flag]) == message
+
+
+def test_help_lists_every_key_with_its_default_and_doc():
+    with pytest.raises(SystemExit) as info:
+        cli.parse_flags(["train", "--help"])
+    assert info.value.code == 0
+    text = cli.help_text()
+    lines = text.splitlines()
+    for key, default in config_lib.flat_defaults().items():
+        (line,) = [line for line in lines if line.split()[:1] == [key]]
+        assert config_lib.KEY_DOCS[key] in line and (repr(default) in line or key in config_lib.FREE_FORM)
+    for flag in ("--config", "--workdir", "--coordinator", "--num_processes", "--process_id"):
+        assert flag in text
+
+
+def test_the_tpu_probe_message_is_dropped_only_without_a_tpu(monkeypatch):
+    def record(message: str, level: int = logging.INFO) -> logging.LogRecord:
+        return logging.LogRecord(xla_flags.JAX_BACKEND_LOGGER, level, __file__, 1, message, None, None)
+
+    probe = "Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so: cannot open shared object file"
+    keep = xla_flags.NoTpuProbeFilter()
+    monkeypatch.setattr(xla_flags, "tpu_attached", lambda: False)
+    assert not keep.filter(record(probe))
+    assert keep.filter(record("Unable to initialize backend 'cuda': no GPU"))
+    assert keep.filter(record(probe, logging.WARNING))  # a warning is never hidden
+    monkeypatch.setattr(xla_flags, "tpu_attached", lambda: True)  # a TPU that fails to start is reported
+    assert keep.filter(record(probe))
+
+
+# A few runs of the real command line: exit codes, stderr without a traceback or TPU noise.
+
+
+def test_cli_help_exits_0_with_every_key():
+    run = subprocess.run([sys.executable, "-m", "archer_jax.train", "--help"], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert all(f"  {key} " in run.stdout for key in config_lib.flat_defaults())
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--config.learner.critic_lrr=1e-4"], "error: --config.learner.critic_lrr: unknown config key; did you mean learner.critic_lr?"),
+        (["--config.mesh.data=3"], "error: config.mesh: mesh data=3 x fsdp=1 x tensor=1 needs 3 devices, have 1"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_1(flags, message, tmp_path):
+    run = subprocess.run(  # one CPU device, JAX choosing its platform (a TPU probe first) as in a user's run
+        [sys.executable, "-m", "archer_jax.train", f"--config={CONFIG}:micro", f"--workdir={tmp_path / 'run'}", *flags],
+        capture_output=True, text=True, timeout=180, env={**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": ""},
+    )
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert run.stderr.strip().splitlines()[-1].startswith(message), run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and xla_flags.TPU_PROBE_MESSAGE not in run.stderr, run.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
