@@ -1,7 +1,7 @@
 """Rollouts: a batch of dialogues played in lockstep through an env pool by an acting function.
 
-    episodes = rollout.play(pool, act, seeds=range(32), max_turns=20)
-    rollout.summarize(episodes)   # {"return": ..., "success": ..., "length": ...}
+    episodes = rollout.play(pool, act, seeds=range(32), max_turns=20)   # split="eval" for evaluations
+    rollout.summarize(episodes)   # {"return": ..., "success": ..., "length": ..., "worker_restarts": ...}
 
 ``act(observations, turn, games) -> actions`` is called once per turn with the observations of
 the dialogues still running and their positions in ``seeds`` (the sampler, CHAI, or a scripted
@@ -36,6 +36,9 @@ class Episode:
     success: bool = False
     truncated: bool = False  # ended by a turn limit, a worker restart, or max_turns here
     invalid: int = 0  # actions the env answered as invalid
+    # Env worker restarts while its batch was played (EnvPool.restarts): each batch charges them
+    # to its first episode, so summing over episodes (hosts' batches included) counts restarts.
+    worker_restarts: int = 0
 
     @property
     def total_return(self) -> float:
@@ -52,8 +55,10 @@ def play(
     *,
     max_turns: int,
     progress: Callable[[int], None] | None = None,
+    split: str = "train",
 ) -> list[Episode]:
-    """Plays one episode in each of the first ``len(seeds)`` envs of ``pool``.
+    """Plays one episode in each of the first ``len(seeds)`` envs of ``pool``, on ``split``'s
+    tasks ("train", or "eval" for evaluations: see :mod:`archer_jax.envs.base`).
 
     Envs end their own episodes; any still running after ``max_turns`` turns is cut there as
     truncated, as is one whose action is None. ``progress(turn)`` is called after each turn.
@@ -61,7 +66,8 @@ def play(
     n = len(seeds)
     if n > pool.num_envs:
         raise ValueError(f"{n} episodes need {n} envs; the pool has {pool.num_envs}")
-    observations = pool.reset([int(s) for s in seeds], indices=range(n))
+    restarts = pool.restarts
+    observations = pool.reset([int(s) for s in seeds], indices=range(n), split=split)
     episodes = [Episode() for _ in range(n)]
     running = list(range(n))
     for turn in range(max_turns):
@@ -96,15 +102,20 @@ def play(
             progress(turn + 1)
     for i in running:
         episodes[i].truncated = True
+    if episodes:
+        episodes[0].worker_restarts = pool.restarts - restarts
     return episodes
 
 
 def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
-    """Mean return, success rate, length and invalid-action rate of ``episodes``."""
+    """Mean return, success rate, length and invalid-action rate of ``episodes``, and the env
+    worker restarts while they were played (a count; the train loop reports it as
+    ``rollout/worker_restarts``)."""
     lengths = np.array([len(e) for e in episodes], np.float64)
     return {
         "return": float(np.mean([e.total_return for e in episodes])),
         "success": float(np.mean([e.success for e in episodes])),
         "length": float(lengths.mean()),
         "invalid": float(sum(e.invalid for e in episodes) / max(lengths.sum(), 1)),
+        "worker_restarts": float(sum(e.worker_restarts for e in episodes)),
     }

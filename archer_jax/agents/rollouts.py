@@ -21,10 +21,11 @@ if TYPE_CHECKING:
 EVAL_SEED = 10**6  # evaluation dialogues use fixed seeds, the same every evaluation
 
 
-def _play(run: Components, agent: Agent, states: States, seeds: Sequence[int], key, greedy: bool, label: str):
-    """Plays ``seeds`` (this host its share, :func:`archer_jax.distributed.host_share`); every host
-    returns all the episodes, in the order of ``seeds``. Dialogue ``g`` samples with keys folded
-    with ``g``, whichever host plays it."""
+def _play(run: Components, agent: Agent, states: States, seeds: Sequence[int], key, greedy: bool, label: str,
+          split: str = "train"):
+    """Plays ``seeds`` on ``split``'s tasks (this host its share,
+    :func:`archer_jax.distributed.host_share`); every host returns all the episodes, in the order
+    of ``seeds``. Dialogue ``g`` samples with keys folded with ``g``, whichever host plays it."""
     share = host_share(len(seeds))
 
     def act(observations: list[str], turn: int, games: list[int]) -> list[str]:
@@ -34,12 +35,13 @@ def _play(run: Components, agent: Agent, states: States, seeds: Sequence[int], k
     max_turns = run.config.env.max_turns
     with tqdm(total=max_turns, desc=label, unit="turn", leave=False, disable=None) as bar:
         mine = rollout.play(run.pool, act, [seeds[i] for i in share], max_turns=max_turns,
-                            progress=lambda t: bar.update(t - bar.n)) if len(share) else []
+                            progress=lambda t: bar.update(t - bar.n), split=split) if len(share) else []
     return concat_gathered(mine)
 
 
 def collect(run: Components, agent: Agent, states: States, iteration: int) -> list[rollout.Episode]:
-    """``rollout_size`` dialogues with the agent's acting rule (sampling; CHAI: its choice)."""
+    """``rollout_size`` dialogues with the agent's acting rule (sampling; CHAI: its choice), on the
+    env's training tasks (``split="train"``: e.g. WebShop's training goals)."""
     c = run.config
     seeds = np.random.SeedSequence([c.seed, iteration]).generate_state(c.rollout_size)
     return _play(run, agent, states, seeds, run.key_for(ROLLOUT, iteration), False, f"rollouts {iteration}")
@@ -47,9 +49,10 @@ def collect(run: Components, agent: Agent, states: States, iteration: int) -> li
 
 def evaluate(run: Components, agent: Agent, states: States) -> list[rollout.Episode]:
     """``eval_size`` greedy dialogues (CHAI: its choice among samples), on the same games in every
-    evaluation and for every run seed."""
+    evaluation and for every run seed, from the env's evaluation tasks (``split="eval"``: e.g.
+    WebShop's evaluation goals; envs without splits play seeds ``EVAL_SEED + i``)."""
     seeds = [EVAL_SEED + i for i in range(run.config.eval_size)]
-    return _play(run, agent, states, seeds, run.key_for(EVAL), True, "eval")
+    return _play(run, agent, states, seeds, run.key_for(EVAL), True, "eval", split="eval")
 
 
 def store(run: Components, replay: ReplayBuffer, episodes: Sequence[rollout.Episode], first_episode: int) -> int:

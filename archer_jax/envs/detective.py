@@ -39,6 +39,13 @@ answer and ``info.invalid``: the game's debugging verbs (``purloin``/``abstract`
 scored objects), commands that write files in the working directory (``save``, ``script``,
 ``recording``), and commands that leave the game stuck in a menu or a yes/no prompt
 (``help``, ``quit``, ``restart``).
+
+``info.invalid`` marks the actions the game did not take: refused or undone ones, empty ones, and
+those the parser rejects ("That's not a verb I recognise.", "I don't know the word ...": jericho's
+list of parser complaints, matched on every line of the answer, since the game's answer starts
+on a new line that jericho's own check trips over). A step before ``reset()`` or after the
+episode ended raises :class:`~archer_jax.envs.base.EnvError` (the contract of
+:mod:`archer_jax.envs.base`).
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from archer_jax.envs.base import EnvError, StepInfo, StepResult
+from archer_jax.envs.base import EnvError, StepInfo, StepResult, episode_over, not_started
 
 _INSTALL_HINT = 'pip install -e ".[detective]"'
 
@@ -83,6 +90,21 @@ def sanitize_action(action: Any) -> str:
     return " ".join(text.split()[:MAX_ACTION_WORDS])[:MAX_ACTION_CHARS].strip()
 
 
+# Parser complaints that jericho's list (jericho.defines.UNRECOGNIZED_REGEXPS) may miss.
+_NOT_UNDERSTOOD = re.compile(r"not a verb I recogni[sz]e|I only understood you as far as|I didn't understand that sentence",
+                             re.IGNORECASE)
+
+
+def understood(response: str, unrecognized: Any = ()) -> bool:
+    """Whether the game's ``response`` says the command was parsed: none of its lines matches
+    ``unrecognized`` (jericho's regular expressions, matched from each line's start) or one of
+    Inform's own complaints."""
+    if _NOT_UNDERSTOOD.search(response):
+        return False
+    lines = [line.strip() for line in response.splitlines() if line.strip()]
+    return not any(p.match(line) for line in lines for p in unrecognized)
+
+
 def _is_blocked(command: str) -> bool:
     words = command.lower().split()
     return bool(words) and words[0][:9] in _BLOCKED_VERBS
@@ -92,6 +114,7 @@ def _import_jericho():
     """jericho, with its valid-action helper pointed at a blank spaCy pipeline."""
     try:
         import jericho
+        import jericho.defines
         import jericho.util
     except ImportError as e:
         raise ImportError(f"Detective needs the jericho package: {_INSTALL_HINT}") from e
@@ -125,12 +148,12 @@ class Detective:
         self._steps = 0
         self._prev_score = 0
         self._done = False
-        self._last_result: StepResult | None = None
+        self._started = False  # reset() since the emulator was made
 
     # -- pickling: the emulator (a dlopen'ed copy of libfrotz) stays behind -------------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_jericho=None, _game=None, _last_result=None, _done=False, _steps=0)
+        state.update(_jericho=None, _game=None, _started=False, _done=False, _steps=0)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -141,6 +164,7 @@ class Detective:
         if self._game is not None:
             self._game.close()
             self._game = None
+        self._started = False
 
     # -- the protocol ------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> str:
@@ -150,16 +174,15 @@ class Detective:
         self._game.seed(seed)
         opening, _ = self._game.reset()
         self._steps, self._prev_score, self._done = 0, 0, False
-        self._last_result = None
+        self._started = True
         obs, _ = self._observe(opening)
         return obs
 
     def step(self, action: str) -> StepResult:
-        if self._game is None:
-            raise EnvError("Detective.step() called before reset()")
-        if self._done:  # past the end: the last answer again, nothing changes
-            last = self._last_result
-            return StepResult(last.observation, 0.0, True, last.info)
+        if self._game is None or not self._started:
+            raise not_started("Detective")
+        if self._done:
+            raise episode_over("Detective")
 
         game = self._game
         command = sanitize_action(action)
@@ -177,7 +200,7 @@ class Detective:
                 game.set_state(before)
                 response, invalid = NO_RESPONSE_REPLY, True
             else:
-                invalid = not command or not self._jericho.util.recognized(response)
+                invalid = not command or not understood(response, self._jericho.defines.UNRECOGNIZED_REGEXPS)
         self._steps += 1
 
         score = game.get_score()
@@ -201,8 +224,7 @@ class Detective:
                 "valid_actions": valid,
             },
         )
-        self._last_result = StepResult(obs, reward, self._done, info)
-        return self._last_result
+        return StepResult(obs, reward, self._done, info)
 
     # -- helpers -----------------------------------------------------------------------------
     def get_walkthrough(self) -> list[str]:

@@ -8,10 +8,17 @@
 * Workers start with ``spawn`` (forking a process that has started JAX can deadlock); each owns
   the envs ``i`` with ``i % num_workers == worker`` (one jericho game per env, each in a worker).
 * A worker that dies (segfault, ``kill -9``) or does not answer within ``timeout_s`` is
-  restarted with fresh envs. The episodes it was running end there: their step result is
-  ``done=True`` with ``info.truncated=True`` and ``info.extra["worker_restarted"]=True`` (the
-  learners bootstrap from a truncation), the observation is the last one seen, and the env
-  must be reset before its next episode. ``pool.restarts`` counts restarts.
+  restarted with fresh envs, and one warning line is logged (the worker's index and why). The
+  episodes it was running end there: their step result is ``done=True`` with
+  ``info.truncated=True`` and ``info.extra["worker_restarted"]=True`` (the learners bootstrap
+  from a truncation), the observation is the last one seen, and the env must be reset before its
+  next episode. ``pool.restarts`` counts restarts (:func:`archer_jax.rollout.play` reports them
+  per batch, as ``rollout/worker_restarts`` in the metrics).
+* Every reset and step goes through :func:`archer_jax.envs.base.reset_env` /
+  :func:`~archer_jax.envs.base.step_env` (clean texts; ``split`` for envs that take it), and a
+  step of an env that is not playing (never reset, or its episode ended) raises
+  :class:`~archer_jax.envs.base.EnvError` before anything is stepped: the contract of
+  :mod:`archer_jax.envs.base` holds for every env, your own included.
 * ``num_workers=0`` runs the envs in this process with the same interface.
 
 The env factory must be picklable (a module-level class or ``functools.partial`` of one).
@@ -19,13 +26,29 @@ The env factory must be picklable (a module-level class or ``functools.partial``
 
 from __future__ import annotations
 
+import functools
+import logging
 import multiprocessing as mp
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from archer_jax.envs.base import Env, EnvError, StepInfo, StepResult
+from archer_jax.envs.base import SPLITS, Env, EnvError, StepInfo, StepResult, episode_over, not_started, reset_env, step_env
+
+log = logging.getLogger(__name__)
 
 EnvFactory = Callable[[], Env]
+
+
+def _apply(env: Env, command: str, argument: Any) -> str | StepResult:
+    """One reset (``argument`` = ``(seed, split)``) or step (the action), through the boundary."""
+    return reset_env(env, *argument) if command == "reset" else step_env(env, argument)
+
+
+def _env_name(make_env: EnvFactory) -> str:
+    """The name of the envs ``make_env`` makes (a class, or a ``functools.partial`` of one)."""
+    while isinstance(make_env, functools.partial):
+        make_env = make_env.func
+    return getattr(make_env, "__name__", type(make_env).__name__)
 
 
 def _worker(conn, make_env: EnvFactory, indices: Sequence[int]) -> None:
@@ -41,7 +64,7 @@ def _worker(conn, make_env: EnvFactory, indices: Sequence[int]) -> None:
         replies: dict[int, Any] = {}
         for i, argument in payload.items():
             try:
-                replies[i] = envs[i].reset(argument) if command == "reset" else envs[i].step(argument)
+                replies[i] = _apply(envs[i], command, argument)
             except Exception as e:  # the env's own bug: report it instead of dying
                 replies[i] = EnvError(f"env {i} failed in {command}: {type(e).__name__}: {e}")
         conn.send(replies)
@@ -82,7 +105,10 @@ class EnvPool:
         self.num_workers = min(num_workers, num_envs)
         self.timeout_s = timeout_s
         self.restarts = 0
+        self.env_name = _env_name(make_env)
         self._last_obs = [""] * num_envs
+        self._started = [False] * num_envs  # reset at least once
+        self._playing = [False] * num_envs  # reset, and its episode not over
         self._ctx = mp.get_context(start_method)
         self._local = [make_env() for _ in range(num_envs)] if self.num_workers == 0 else None
         self._workers = [self._start(w) for w in range(self.num_workers)]
@@ -96,9 +122,7 @@ class EnvPool:
     def _call(self, command: str, arguments: dict[int, Any]) -> dict[int, Any]:
         """Sends each worker its share, gathers replies; restarts the workers that fail."""
         if self._local is not None:
-            return {
-                i: self._local[i].reset(a) if command == "reset" else self._local[i].step(a) for i, a in arguments.items()
-            }
+            return {i: _apply(self._local[i], command, a) for i, a in arguments.items()}
         shares: dict[int, dict[int, Any]] = {}
         for i, argument in arguments.items():
             shares.setdefault(i % self.num_workers, {})[i] = argument
@@ -109,56 +133,77 @@ class EnvPool:
                 self._workers[w].conn.send((command, share))
                 sent.append(w)
             except (BrokenPipeError, OSError):
-                replies.update(self._restart(w, share))
+                replies.update(self._restart(w, share, f"died before its {command}"))
         for w in sent:
             worker = self._workers[w]
             try:
                 if not worker.conn.poll(self.timeout_s):
                     raise TimeoutError
                 replies.update(worker.conn.recv())
-            except (EOFError, OSError, TimeoutError):
-                replies.update(self._restart(w, shares[w]))
+            except TimeoutError:
+                replies.update(self._restart(w, shares[w], f"did not answer its {command} within {self.timeout_s:g} s"))
+            except (EOFError, OSError):
+                replies.update(self._restart(w, shares[w], f"died during its {command}"))
         for i, reply in replies.items():
             if isinstance(reply, EnvError):
                 raise reply
         return replies
 
-    def _restart(self, worker: int, share: dict[int, Any]) -> dict[int, StepResult | str]:
-        """Replaces a dead worker; its envs' episodes end as truncated."""
-        self._workers[worker].stop()
+    def _restart(self, worker: int, share: dict[int, Any], cause: str) -> dict[int, StepResult | str]:
+        """Replaces a dead worker (one warning line: which and why); its envs' episodes end as truncated."""
+        old = self._workers[worker]
+        old.stop()
+        code = old.process.exitcode
+        exit_text = f", exit code {code}" if code is not None else ""
         self._workers[worker] = self._start(worker)
         self.restarts += 1
+        log.warning("env worker %d (%d %s envs) %s%s: restarted (restart %d of this pool); its episodes end as truncated",
+                    worker, len(self._indices(worker)), self.env_name, cause, exit_text, self.restarts)
         info = StepInfo(truncated=True, extra={"worker_restarted": True})
         return {i: StepResult(self._last_obs[i], 0.0, True, info) for i in share}
 
-    def reset(self, seeds: Iterable[int | None] | None = None, *, indices: Sequence[int] | None = None) -> list[str]:
-        """Starts an episode in every env (or only in ``indices``, one seed each); returns the
-        first observations of the envs reset, in order."""
+    def reset(
+        self, seeds: Iterable[int | None] | None = None, *, indices: Sequence[int] | None = None, split: str = "train"
+    ) -> list[str]:
+        """Starts an episode in every env (or only in ``indices``, one seed each) on ``split``'s
+        tasks (for envs that have splits: :mod:`archer_jax.envs.base`); returns the first
+        observations of the envs reset, in order."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
         indices = list(range(self.num_envs)) if indices is None else list(indices)
         seeds = list(seeds) if seeds is not None else [None] * len(indices)
         if len(seeds) != len(indices):
             raise ValueError(f"got {len(seeds)} seeds for {len(indices)} envs")
         if any(not 0 <= i < self.num_envs for i in indices):
             raise ValueError(f"env indices must be in [0, {self.num_envs}), got {indices}")
-        replies = self._call("reset", dict(zip(indices, seeds)))
+        for i in indices:
+            self._playing[i] = False  # until its reset succeeds
+        replies = self._call("reset", {i: (seed, split) for i, seed in zip(indices, seeds)})
         for i, seed in zip(indices, seeds):
             reply = replies[i]
             if isinstance(reply, StepResult):  # the worker died during reset: try once more
-                reply = self._call("reset", {i: seed})[i]
+                reply = self._call("reset", {i: (seed, split)})[i]
                 if isinstance(reply, StepResult):
                     raise EnvError(f"env {i}: its worker died twice while resetting")
             self._last_obs[i] = reply
+            self._started[i] = self._playing[i] = True
         return [self._last_obs[i] for i in indices]
 
     def step(self, actions: Sequence[str | None]) -> list[StepResult | None]:
-        """Steps the envs whose action is not None (the others return None)."""
+        """Steps the envs whose action is not None (the others return None). Stepping an env
+        that is not playing (never reset, or its episode ended) is an :class:`EnvError`."""
         if len(actions) != self.num_envs:
             raise ValueError(f"got {len(actions)} actions for {self.num_envs} envs")
+        for i, action in enumerate(actions):
+            if action is not None and not self._playing[i]:
+                who = f"env {i} ({self.env_name})"
+                raise episode_over(who) if self._started[i] else not_started(who)
         replies = self._call("step", {i: a for i, a in enumerate(actions) if a is not None})
         results: list[StepResult | None] = [None] * self.num_envs
         for i, result in replies.items():
             results[i] = result
             self._last_obs[i] = result.observation
+            self._playing[i] = not result.done
         return results
 
     def local_env(self, index: int) -> Env:

@@ -3,7 +3,9 @@
 The observation starts as ``"Questions:\\n"`` and each turn appends ``"<question> <answer>\\n"``
 (the question kept on one line, at most 500 characters). Reward is -1 per turn and 0 on the
 winning turn; after ``max_turns`` turns without a win the episode is cut (``info.truncated``),
-which is not a terminal state. Subclasses pick the secret and say what wins.
+which is not a terminal state. Subclasses pick the secret and say what wins. A step before
+``reset()`` or after the episode ended raises :class:`~archer_jax.envs.base.EnvError` (the
+contract of :mod:`archer_jax.envs.base`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from archer_jax.envs.base import StepInfo, StepResult
+from archer_jax.envs.base import StepInfo, StepResult, episode_over, not_started
 from archer_jax.envs.oracle import INVALID, MAX_QUESTION_CHARS, Oracle
 
 START = "Questions:\n"
@@ -74,8 +76,11 @@ class QuestionGame:
         return self.history
 
     def step(self, action: str) -> StepResult:
-        if self.secret is None or self.done:
-            raise RuntimeError("call reset() before step() (the episode is over)")
+        """Asks ``action`` (any string: kept on one line, cut at 500 characters)."""
+        if self.secret is None:
+            raise not_started(type(self).__name__)
+        if self.done:
+            raise episode_over(type(self).__name__)
         question = " ".join(str(action).split())[:MAX_QUESTION_CHARS]  # one line: it joins the dialogue
         answer = self.oracle.answer(self.secret.name, question)
         self.turn += 1

@@ -13,12 +13,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from archer_jax.envs.pool import EnvFactory
 from archer_jax.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 DETECTIVE_HINT = (
     "set config.env.options.game_path to detective.z5 (from the jericho game suite, "
@@ -81,11 +84,41 @@ def _check_detective(config) -> None:
 
 def _webshop(config) -> EnvFactory:
     from archer_jax.envs.webshop import DEFAULT_URL, WebShop
+    from archer_jax.envs.webshop_goals import EVAL_GOALS, TRAIN_GOALS
 
     options = config.env.options
     return functools.partial(
-        WebShop, options.get("base_url", DEFAULT_URL), max_steps=config.env.max_turns, timeout_s=options.get("timeout_s", 10.0)
+        WebShop,
+        options.get("base_url", DEFAULT_URL),
+        max_steps=config.env.max_turns,
+        timeout_s=options.get("timeout_s", 10.0),
+        train_goals=tuple(options.get("train_goals", TRAIN_GOALS)),
+        eval_goals=tuple(options.get("eval_goals", EVAL_GOALS)),
     )
+
+
+def _check_webshop(config) -> None:
+    """The goal ranges are pairs 0 <= start < end, and the evaluation range holds eval_size goals
+    (see archer_jax.envs.webshop_goals); overlapping ranges are allowed, with a warning."""
+    from archer_jax.envs.webshop_goals import EVAL_GOALS, TRAIN_GOALS, GoalRanges, goal_range
+
+    options = config.env.options
+    ranges = {}
+    for name, default in (("train_goals", TRAIN_GOALS), ("eval_goals", EVAL_GOALS)):
+        try:
+            ranges[name] = goal_range(name, options.get(name, default))
+        except ValueError as e:
+            raise ConfigError(f"config.env.options.{e}") from None
+    goals = GoalRanges(ranges["train_goals"], ranges["eval_goals"])
+    held = goals.eval[1] - goals.eval[0]
+    if config.eval_size > held:
+        raise ConfigError(
+            f"config.eval_size: {config.eval_size} evaluation games, but config.env.options.eval_goals={goals.eval} "
+            f"holds {held} goals (each evaluation plays distinct goals)"
+        )
+    if goals.overlap:
+        log.warning("config.env.options: train_goals=%s and eval_goals=%s overlap: evaluations are not on held-out goals",
+                    goals.train, goals.eval)
 
 
 def _twenty_questions_expert(kind: str, seed: int):
@@ -112,7 +145,11 @@ ENVS: dict[str, EnvSpec] = {
     "twenty_questions_subset": EnvSpec(_twenty_questions_subset, _subset_expert),
     "guess_my_city": EnvSpec(_guess_my_city, _city_expert),
     "detective": EnvSpec(_detective, options=dict(game_path="", list_valid_actions=True), check=_check_detective),
-    "webshop": EnvSpec(_webshop, options=dict(base_url="", timeout_s=10.0)),
+    "webshop": EnvSpec(
+        _webshop,
+        options=dict(base_url="", timeout_s=10.0, train_goals=(1500, 12087), eval_goals=(500, 1500)),
+        check=_check_webshop,
+    ),
 }
 
 

@@ -2,14 +2,21 @@
 
 The server and its URL shapes are described in :mod:`archer_jax.envs.webshop_client` (which
 fetches the pages) and the HTML it renders in :mod:`archer_jax.envs.webshop_page` (which parses
-them); see also the environments' notes in the README. ``reset(seed)`` opens session
-``fixed_<seed>``, whose goal is goal ``seed``; ``reset()`` draws a random goal.
+them); see also the environments' notes in the README.
+
+Goals: ``reset(seed, split="train")`` opens session ``fixed_<n>``, where goal ``n`` is the seed
+mapped into the split's goal range (``train_goals``, default ``(1500, 12087)``: WebShop's training
+split; ``eval_goals``, default ``(500, 1500)``: its dev split); ``reset()`` draws a goal of the
+range at random, and ``reset(goal=n)`` plays goal ``n`` itself. The ranges, the mapping and how
+they are checked against the server (which exposes no goal count) are in
+:mod:`archer_jax.envs.webshop_goals`.
 
 Actions: ``search[query]`` (on a page with the search box) and ``click[name]`` for a button,
 a product (its ASIN) or an option value shown on the page; names match case-insensitively.
 Anything else is answered with the same page, reward 0 and ``info.invalid``. "Buy Now" ends the
 episode with the reward of the done page; the ``max_steps``-th step without a purchase ends it
-with ``info.truncated``.
+with ``info.truncated``. A step before ``reset()`` or after the episode ended raises
+:class:`~archer_jax.envs.base.EnvError` (the contract of :mod:`archer_jax.envs.base`).
 
 Observation (the text form of WebShop's ``text_rich`` mode):
 
@@ -30,11 +37,12 @@ Observation (the text form of WebShop's ``text_rich`` mode):
 from __future__ import annotations
 
 import operator
-import uuid
+import random
 from typing import Any
 
-from archer_jax.envs.base import EnvError, StepInfo, StepResult
+from archer_jax.envs.base import EnvError, StepInfo, StepResult, episode_over, not_started
 from archer_jax.envs.webshop_client import DEFAULT_URL, NavigationError, WebShopClient
+from archer_jax.envs.webshop_goals import EVAL_GOALS, TRAIN_GOALS, GoalRanges, count_goals
 from archer_jax.envs.webshop_page import (
     SCORE_LABEL,
     Page,
@@ -46,19 +54,32 @@ from archer_jax.envs.webshop_page import (
     selected_options,
 )
 
-__all__ = ["DEFAULT_URL", "WebShop", "parse_action", "parse_page", "selected_options"]
+__all__ = ["DEFAULT_URL", "EVAL_GOALS", "TRAIN_GOALS", "WebShop", "parse_action", "parse_page", "selected_options"]
 
 BUY_NOW = "buy now"
+
+_SERVERS_CHECKED: set[tuple[str, int]] = set()  # (base_url, goal) the server had, in this process
 
 
 class WebShop:
     """One WebShop episode at a time over HTTP (see the module docstring)."""
 
-    def __init__(self, base_url: str = DEFAULT_URL, max_steps: int = 10, timeout_s: float = 10.0):
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        max_steps: int = 10,
+        timeout_s: float = 10.0,
+        *,
+        train_goals: tuple[int, int] = TRAIN_GOALS,
+        eval_goals: tuple[int, int] = EVAL_GOALS,
+    ):
         self.client = WebShopClient(base_url, timeout_s)  # checks base_url and timeout_s
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.max_steps = int(max_steps)
+        self.goals = GoalRanges(train_goals, eval_goals)  # checks the ranges
+        self._rng = random.Random()
+        self.goal: int | None = None
         self.session_id: str | None = None
         self._page: Page | None = None
         self._instruction = ""
@@ -69,23 +90,30 @@ class WebShop:
 
     # -- protocol --------------------------------------------------------------------------------
 
-    def reset(self, seed: int | None = None) -> str:
-        """Opens session ``fixed_{seed}`` (goal ``seed``; a random goal when None)."""
-        if seed is None:
-            self.session_id = f"session_{uuid.uuid4().hex[:16]}"
+    def reset(self, seed: int | None = None, *, split: str = "train", goal: int | None = None) -> str:
+        """Opens session ``fixed_<n>``: goal ``n`` is ``goal`` when given, else ``seed`` mapped into
+        ``split``'s goal range ("train" or "eval"), else a random goal of that range."""
+        self.goals.of(split)  # checks split
+        if goal is not None:
+            goal = operator.index(goal)
+            if goal < 0:
+                raise ValueError(f"goal must be >= 0 (a WebShop goal index), got {goal}")
+        elif seed is None:
+            goal = self.goals.random_goal(split, self._rng)
         else:
-            seed = operator.index(seed)
-            if seed < 0:
-                raise ValueError(f"seed must be >= 0 (a WebShop goal index), got {seed}")
-            self.session_id = f"fixed_{seed}"
-        url = self.client.session_url(self.session_id)
+            goal = self.goals.goal(seed, split)
+        self._page = None  # until the new episode's page is here
+        self._check_server()
+        session_id = f"fixed_{goal}"
+        url = self.client.session_url(session_id)
         try:
             page = self.client.load(url)
         except NavigationError as e:
-            hint = f" (is goal index {seed} in range?)" if seed is not None and e.status == 500 else ""
+            hint = f" (is goal index {goal} in range?)" if e.status == 500 else ""
             raise EnvError(f"WebShop server answered {e.reason}{hint}") from None
         if page.search_url is None:
             raise EnvError(f"the page at {url} has no search box (id=search_input): is it a WebShop server?")
+        self.goal, self.session_id = goal, session_id
         self._page, self._instruction = page, page.instruction
         self._visited = set()
         self._steps, self._done = 0, False
@@ -95,10 +123,9 @@ class WebShop:
     def step(self, action: str) -> StepResult:
         """Plays ``search[query]`` or ``click[name]`` on the current page."""
         if self._page is None:
-            raise EnvError("WebShop.step() before reset()")
+            raise not_started("WebShop")
         if self._done:
-            info = StepInfo(invalid=True, extra=self._extra(reason="the episode is over: call reset()"))
-            return StepResult(self._observation, 0.0, True, info)
+            raise episode_over("WebShop")
         self._steps += 1
         parsed = parse_action(action)
         if isinstance(parsed, str):
@@ -143,6 +170,33 @@ class WebShop:
 
     # -- helpers ---------------------------------------------------------------------------------
 
+    def _has_goal(self, goal: int) -> bool:
+        """Whether the server has goal ``goal`` (it answers HTTP 500 past its list)."""
+        try:
+            self.client.load(self.client.session_url(f"fixed_{goal}"))
+        except NavigationError as e:
+            if e.status == 500:
+                return False
+            raise EnvError(f"WebShop server answered {e.reason} for goal {goal}: is it a WebShop server?") from None
+        return True
+
+    def _check_server(self) -> None:
+        """Once per process and server: the server has the highest goal of the ranges, or a
+        one-line EnvError with its goal count (:mod:`archer_jax.envs.webshop_goals`)."""
+        top = self.goals.highest
+        key = (self.client.base_url, top)
+        if key in _SERVERS_CHECKED:
+            return
+        if not self._has_goal(top):
+            count = count_goals(self._has_goal, top)
+            held = f"{count} goals (indices 0..{count - 1})" if count else "no goals"
+            raise EnvError(
+                f"the WebShop server at {self.client.base_url} has {held} (it exposes no count: found by asking for "
+                f"sessions fixed_<n>), but config.env.options.{self.goals.past(count)} goes past them; "
+                f"set env.options.train_goals and eval_goals within [0, {count})"
+            )
+        _SERVERS_CHECKED.add(key)
+
     def available_actions(self) -> list[str]:
         """The actions the current page offers; none before reset() or after the episode."""
         return [] if self._page is None or self._done else self._page.available_actions()
@@ -155,6 +209,7 @@ class WebShop:
         page = self._page
         extra: dict[str, Any] = {
             "session_id": self.session_id,
+            "goal": self.goal,
             "step": self._steps,
             "page": page.kind if page else None,
             "url": page.url if page else None,

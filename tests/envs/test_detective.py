@@ -53,9 +53,9 @@ def test_walkthrough_scores_360(jericho):
     assert result.done and result.terminal
     assert result.info.success and not result.info.truncated
     assert result.info.extra["score"] == result.info.extra["max_score"] == 360
-    # Past the end: the same answer, no reward, still done.
-    again = env.step("look")
-    assert again.done and again.reward == 0.0 and again.observation == result.observation
+    # Past the end: an error saying to reset (the env contract), and the game is left as it was.
+    with pytest.raises(EnvError, match=r"^Detective: step\(\) after the episode ended .*call reset\(\) first$"):
+        env.step("look")
 
 
 def test_observation_sections_and_turn_free_look(jericho):
@@ -108,7 +108,8 @@ def test_max_steps_truncates(jericho):
     last = results[-1]
     assert last.info.truncated and not last.info.success and not last.terminal
     assert last.info.extra["steps"] == 3
-    assert env.step("north").done
+    with pytest.raises(EnvError, match="after the episode ended"):
+        env.step("north")
 
 
 def test_death_ends_the_episode(jericho):
@@ -215,8 +216,12 @@ def test_reset_is_repeatable(jericho):
 
 
 def test_step_before_reset(jericho):
-    with pytest.raises(EnvError, match="reset"):
+    with pytest.raises(EnvError, match=r"^Detective: step\(\) before reset\(\); call reset\(\) first$"):
         Detective(GAME).step("look")
+    env = Detective(GAME)
+    env.get_walkthrough()  # makes the emulator, but starts no episode
+    with pytest.raises(EnvError, match="before reset"):
+        env.step("look")
 
 
 def test_missing_game_file(tmp_path):

@@ -6,6 +6,7 @@ import pytest
 
 from archer_jax.envs import experts
 from archer_jax.envs import twenty_questions as tq
+from archer_jax.envs.base import EnvError
 from archer_jax.envs.oracle import INVALID, NO, YES
 
 
@@ -67,7 +68,7 @@ def test_twenty_turns_are_a_truncation_not_a_terminal():
     assert [r.done for r in results] == [False] * 19 + [True]
     assert results[-1].info.truncated and not results[-1].info.success and not results[-1].terminal
     assert sum(r.reward for r in results) == -20
-    with pytest.raises(RuntimeError, match="call reset"):
+    with pytest.raises(EnvError, match=r"^TwentyQuestions: step\(\) after the episode ended .*call reset\(\) first"):
         env.step("Is it a banana?")
 
 

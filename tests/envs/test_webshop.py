@@ -1,200 +1,33 @@
-"""WebShop HTTP client against a stand-in of the WebShop Flask server (localhost only).
-
-The stand-in serves pages saved in the real templates' rendered form (tests/envs/webshop_pages/)
-on the real URL shapes of princeton-nlp/WebShop's ``web_agent_site/app.py``: ``/<session_id>``
-(POST ``search_query`` redirects), ``/search_results/<sid>/<keywords>/<page>``,
-``/item_page/<sid>/<asin>/<keywords>/<page>/<options>``,
-``/item_sub_page/<sid>/<asin>/<keywords>/<page>/<sub_page>/<options>``,
-``/done/<sid>/<asin>/<options>``. Lists and dicts go into the path as ``str(value)``, quoted the
-way werkzeug's ``url_for`` quotes them.
-"""
+"""WebShop HTTP client against a stand-in of the WebShop Flask server (tests/envs/fake_webshop.py,
+localhost only): pages, actions, rewards, limits, one-line errors."""
 
 from __future__ import annotations
 
-import ast
-import html
-import http.server
-import json
-import pathlib
-import re
 import socket
-import threading
-import urllib.parse
 
 import pytest
 
 from archer_jax.envs.base import Env, EnvError
 from archer_jax.envs.webshop import WebShop, parse_action, parse_page, selected_options
+from tests.envs.fake_webshop import INSTRUCTIONS, TARGET, Shop, render, serve
 
-PAGES = pathlib.Path(__file__).parent / "webshop_pages"
-TARGET = "B0TARGET01"
-GOAL_OPTIONS = {"color": "blue", "size": "m"}
-INSTRUCTIONS = [
-    f"i need a blue crew neck t-shirt in size m, and price lower than 30.00 dollars (goal {i})" for i in range(5)
-]
-PRODUCTS = {
-    TARGET: ("Men's Classic Crew Neck T-Shirt, Short Sleeve Cotton Tee", "$19.99"),
-    "B0OTHER002": ("Women's High Waist Yoga Pants & Leggings", "$24.5"),
-    "B0OTHER003": ("Cotton Crew Socks 6-Pack", "$9.99 to $12.99"),
-    "B0COMMENT9": ("Only linked from an HTML comment", "$1.0"),
-}
-OPTION_ORDER = [("color", "blue"), ("color", "red"), ("size", "s"), ("size", "m")]
-
-
-def _url_part(value) -> str:
-    """``url_for`` puts ``str(value)`` in the path with werkzeug's quoting (safe: ``/:`` and sub-delims)."""
-    return urllib.parse.quote(str(value), safe="/:$!'()*+,;")
-
-
-def _render(name: str, **values) -> bytes:
-    text = (PAGES / name).read_text(encoding="utf-8")
-
-    def fill(m: re.Match) -> str:
-        return html.escape(str(values[m.group(1)]), quote=True)
-
-    return re.sub(r"\{\{(\w+)\}\}", fill, text).encode("utf-8")
-
-
-class _Shop(http.server.BaseHTTPRequestHandler):
-    sessions: dict[str, dict] = {}
-    requests: list[tuple[str, str]] = []
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def do_GET(self) -> None:
-        self._route("GET")
-
-    def do_POST(self) -> None:
-        self._route("POST")
-
-    def _send(self, status: int, body: bytes = b"", location: str | None = None) -> None:
-        self.send_response(status)
-        if location is not None:
-            self.send_header("Location", location)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _route(self, method: str) -> None:
-        path = urllib.parse.urlsplit(self.path).path
-        self.requests.append((method, path))
-        parts = [urllib.parse.unquote(p) for p in path.split("/")[1:]]
-        form = {}
-        if method == "POST":
-            length = int(self.headers.get("Content-Length") or 0)
-            form = urllib.parse.parse_qs(self.rfile.read(length).decode("utf-8"))
-        try:
-            if len(parts) == 1 and parts[0]:
-                return self._index(parts[0], form)
-            sid = parts[1] if len(parts) > 1 else ""
-            if parts[0] not in ("search_results", "item_page", "item_sub_page", "done"):
-                return self._send(404)
-            if sid not in self.sessions:  # user_sessions[session_id] -> KeyError
-                return self._send(500)
-            goal = self.sessions[sid]
-            if parts[0] == "search_results" and len(parts) == 4:
-                keywords = ast.literal_eval(parts[2]) if parts[2].startswith("[") else [parts[2]]
-                body = _render(
-                    "results_page.html",
-                    session_id=sid,
-                    instruction_text=goal,
-                    query_words="".join(f" {k} " for k in keywords),
-                    keywords_url=_url_part(keywords),
-                )
-                return self._send(200, body)
-            if parts[0] == "item_page" and len(parts) == 6:
-                return self._item(sid, goal, parts[2], parts[3], parts[4], ast.literal_eval(parts[5]))
-            if parts[0] == "item_sub_page" and len(parts) == 7:
-                asin, keywords, page, options = parts[2], parts[3], parts[4], ast.literal_eval(parts[6])
-                body = _render(
-                    "description_page.html",
-                    session_id=sid,
-                    instruction_text=goal,
-                    keywords=keywords,
-                    keywords_url=_url_part(keywords),
-                    page=page,
-                    asin=asin,
-                    options_url=_url_part(options),
-                    description=f"{parts[5]} of {asin}: soft 100% cotton.",
-                )
-                return self._send(200, body)
-            if parts[0] == "done" and len(parts) == 4:
-                asin, options = parts[2], ast.literal_eval(parts[3])
-                if asin == TARGET:
-                    reward = 1.0 if options == GOAL_OPTIONS else 0.6666666666666666
-                else:
-                    reward = 0.25
-                body = _render(
-                    "done_page.html",
-                    mturk_code=f"{sid.upper()}_CODE",
-                    asin=asin,
-                    options_json=json.dumps(options),
-                    instruction_text=goal,
-                    reward=reward,
-                )
-                return self._send(200, body)
-            return self._send(404)
-        except Exception:  # like Flask: a failing view is a 500
-            return self._send(500)
-
-    def _index(self, sid: str, form: dict) -> None:
-        if sid not in self.sessions:
-            if "fixed" in sid:
-                self.sessions[sid] = INSTRUCTIONS[int(sid.split("_")[-1])]  # IndexError -> 500, as the real app
-            else:
-                self.sessions[sid] = INSTRUCTIONS[len(sid) % len(INSTRUCTIONS)]
-        if "search_query" in form:
-            keywords = form["search_query"][0].lower().split(" ")
-            return self._send(302, location=f"/search_results/{_url_part(sid)}/{_url_part(keywords)}/1")
-        body = _render("search_page.html", session_id=sid, instruction_text=self.sessions[sid])
-        return self._send(200, body)
-
-    def _item(self, sid: str, goal: str, asin: str, keywords: str, page: str, options: dict) -> None:
-        if asin not in PRODUCTS:
-            return self._send(500)  # product_item_dict[asin] -> KeyError
-        title, price = PRODUCTS[asin]
-        urls = {}
-        for i, (name, value) in enumerate(OPTION_ORDER):
-            current = dict(options, **{name: value})
-            urls[f"opt_url_{i}"] = f"/item_page/{sid}/{asin}/{_url_part(keywords)}/{page}/{_url_part(current)}"
-        body = _render(
-            "item_page.html",
-            session_id=sid,
-            instruction_text=goal,
-            keywords=keywords,
-            keywords_url=_url_part(keywords),
-            page=page,
-            asin=asin,
-            title=title,
-            price=price,
-            main_image=f"https://m.media-amazon.com/images/I/{asin}.jpg",
-            options_url=_url_part(options),
-            options_json=json.dumps(options),
-            **urls,
-        )
-        return self._send(200, body)
+GOALS = (0, len(INSTRUCTIONS))  # the stand-in's 5 goals, for both splits
 
 
 @pytest.fixture(scope="module")
 def server():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Shop)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
+    with serve(Shop) as url:
+        yield url
+
+
+def _webshop(url: str, **kw) -> WebShop:
+    return WebShop(base_url=url, train_goals=GOALS, eval_goals=GOALS, **kw)
 
 
 @pytest.fixture
 def env(server):
-    _Shop.requests.clear()
-    return WebShop(base_url=server, timeout_s=5.0)
+    Shop.requests.clear()
+    return _webshop(server, timeout_s=5.0)
 
 
 def _free_port() -> int:
@@ -213,7 +46,7 @@ def test_is_an_env(env):
 def test_reset_shows_instruction_search_box_and_actions(env):
     obs = env.reset(seed=3)
     assert env.session_id == "fixed_3"
-    assert _Shop.requests[-1] == ("GET", "/fixed_3")
+    assert Shop.requests[-1] == ("GET", "/fixed_3")
     assert obs.startswith(f"Instruction: {INSTRUCTIONS[3]}\n")
     assert obs.count(INSTRUCTIONS[3]) == 1  # the page's own instruction line is not repeated
     assert "WebShop" in obs and "[button] Search [button_]" in obs
@@ -222,10 +55,18 @@ def test_reset_shows_instruction_search_box_and_actions(env):
     assert env.available_actions() == ["search[<query>]"]
 
 
-def test_reset_without_seed_uses_a_random_session(env):
-    obs = env.reset()
-    assert env.session_id.startswith("session_") and "fixed" not in env.session_id
-    assert obs.startswith("Instruction: i need a blue crew neck t-shirt")
+def test_reset_without_seed_draws_a_goal_of_the_split(server):
+    env = WebShop(base_url=server, train_goals=(1, 3), eval_goals=(3, 5))
+
+    def draw(split: str) -> int:
+        env.reset(split=split)
+        assert env.session_id == f"fixed_{env.goal}"
+        return env.goal
+
+    assert {draw("train") for _ in range(40)} == {1, 2}  # only the training goals, both (p(miss) = 2**-39)
+    assert {draw("eval") for _ in range(40)} == {3, 4}
+    obs = env.reset(goal=0)
+    assert env.session_id == "fixed_0" and obs.startswith(f"Instruction: {INSTRUCTIONS[0]}\n")
 
 
 def test_full_episode_buys_the_target_with_its_options(env):
@@ -233,8 +74,8 @@ def test_full_episode_buys_the_target_with_its_options(env):
     r = env.step("search[Blue Crew Neck T-Shirt]\n")
     assert (r.reward, r.done, r.info.invalid, r.info.truncated) == (0.0, False, False, False)
     assert r.info.extra["page"] == "search_results"
-    assert ("POST", "/fixed_0") in _Shop.requests  # the search form is posted, then redirected
-    assert _Shop.requests[-1] == ("GET", "/search_results/fixed_0/%5B'blue',%20'crew',%20'neck',%20't-shirt'%5D/1")
+    assert ("POST", "/fixed_0") in Shop.requests  # the search form is posted, then redirected
+    assert Shop.requests[-1] == ("GET", "/search_results/fixed_0/%5B'blue',%20'crew',%20'neck',%20't-shirt'%5D/1")
     obs = r.observation
     assert obs.startswith(f"Instruction: {INSTRUCTIONS[0]}\n")
     assert "Current Query: blue crew neck t-shirt" in obs
@@ -248,7 +89,7 @@ def test_full_episode_buys_the_target_with_its_options(env):
     r = env.step(f"click[{TARGET.lower()}]")  # names match case-insensitively
     assert not r.info.invalid and r.info.extra["page"] == "item_page"
     keywords = "%5B'blue',%20'crew',%20'neck',%20't-shirt'%5D"
-    assert _Shop.requests[-1] == ("GET", f"/item_page/fixed_0/{TARGET}/{keywords}/1/%7B%7D")
+    assert Shop.requests[-1] == ("GET", f"/item_page/fixed_0/{TARGET}/{keywords}/1/%7B%7D")
     obs = r.observation
     assert "Price: $19.99" in obs and "Rating: N.A." in obs
     options = ["color", "blue", "red", "size", "s", "m"]
@@ -264,10 +105,10 @@ def test_full_episode_buys_the_target_with_its_options(env):
     r = env.step("click[ M ]")
     assert "[clicked button] blue [clicked button_]" in r.observation
     assert "[clicked button] m [clicked button_]" in r.observation and "[button] s [button_]" in r.observation
-    assert _Shop.requests[-1][1].endswith("/%7B'color':%20'blue',%20'size':%20'm'%7D")
+    assert Shop.requests[-1][1].endswith("/%7B'color':%20'blue',%20'size':%20'm'%7D")
 
     r = env.step("click[Buy Now]")
-    assert _Shop.requests[-1] == ("POST", f"/done/fixed_0/{TARGET}/%7B'color':%20'blue',%20'size':%20'm'%7D")
+    assert Shop.requests[-1] == ("POST", f"/done/fixed_0/{TARGET}/%7B'color':%20'blue',%20'size':%20'm'%7D")
     assert r.done and r.terminal and r.reward == 1.0
     assert r.info.success and not r.info.truncated and not r.info.invalid
     assert r.info.extra["reward"] == 1.0 and r.info.extra["page"] == "done"
@@ -276,8 +117,10 @@ def test_full_episode_buys_the_target_with_its_options(env):
     assert "SECRET" not in r.observation and "goal_options" not in r.observation  # hidden parts stay hidden
     assert r.observation.endswith("Available actions: none")
 
-    after = env.step("click[Buy Now]")  # a step after the end is answered, not raised
-    assert after.done and after.reward == 0.0 and after.info.invalid
+    n = len(Shop.requests)
+    with pytest.raises(EnvError, match=r"^WebShop: step\(\) after the episode ended .*call reset\(\) first$"):
+        env.step("click[Buy Now]")  # the end is reported once
+    assert len(Shop.requests) == n  # nothing was sent
 
 
 def test_partial_match_gives_the_fractional_reward(env):
@@ -308,7 +151,7 @@ def test_navigation_sub_page_and_back(env):
     assert r.info.invalid
     r = env.step("search[yoga / pants]")  # '/' would split the URL path
     assert not r.info.invalid and "B0OTHER002" in r.observation
-    assert _Shop.requests[-1][1] == "/search_results/fixed_0/%5B'yoga',%20'pants'%5D/1"
+    assert Shop.requests[-1][1] == "/search_results/fixed_0/%5B'yoga',%20'pants'%5D/1"
 
 
 @pytest.mark.parametrize(
@@ -338,12 +181,12 @@ def test_navigation_sub_page_and_back(env):
 )
 def test_invalid_actions_keep_the_page(env, action):
     obs = env.reset(seed=0)
-    n = len(_Shop.requests)
+    n = len(Shop.requests)
     r = env.step(action)
     assert r.info.invalid and not r.done and r.reward == 0.0 and not r.info.success
     assert r.observation == obs
     assert r.info.extra["reason"]
-    assert len(_Shop.requests) == n  # nothing was sent
+    assert len(Shop.requests) == n  # nothing was sent
 
 
 def test_search_is_invalid_off_the_search_page_and_non_text_actions(env):
@@ -376,7 +219,8 @@ def test_ten_steps_truncate(env):
             assert not r.done and not r.info.truncated, i
     assert r.done and r.info.truncated and not r.terminal and not r.info.invalid
     assert r.info.extra["step"] == 10
-    assert env.step("click[Buy Now]").info.invalid  # over: Buy Now no longer counts
+    with pytest.raises(EnvError, match="after the episode ended"):
+        env.step("click[Buy Now]")  # over: Buy Now no longer counts
 
 
 def test_buying_on_the_last_step_is_terminal(env):
@@ -401,7 +245,7 @@ def test_reset_starts_over(env):
 
 
 def test_custom_max_steps(server):
-    env = WebShop(base_url=server, max_steps=2)
+    env = _webshop(server, max_steps=2)
     env.reset(seed=0)
     assert not env.step("x").done
     assert env.step("x").info.truncated
@@ -410,11 +254,11 @@ def test_custom_max_steps(server):
 def test_unreachable_server_is_a_one_line_env_error():
     port = _free_port()  # bound, then closed: nothing listens there
     url = f"http://127.0.0.1:{port}"
-    env = WebShop(base_url=url, timeout_s=2.0)
+    env = _webshop(url, timeout_s=2.0)
     with pytest.raises(EnvError) as e:
         env.reset(seed=0)
     msg = str(e.value)
-    assert "\n" not in msg and f"{url}/fixed_0" in msg and "start the WebShop server" in msg
+    assert "\n" not in msg and f"{url}/fixed_4" in msg and "start the WebShop server" in msg  # the goal check's request
 
 
 def test_a_silent_server_times_out_with_a_one_line_env_error():
@@ -423,21 +267,22 @@ def test_a_silent_server_times_out_with_a_one_line_env_error():
         s.listen(1)
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
         with pytest.raises(EnvError) as e:
-            WebShop(base_url=url, timeout_s=0.3).reset(seed=0)
+            _webshop(url, timeout_s=0.3).reset(seed=0)
     msg = str(e.value)
     assert "\n" not in msg and url in msg and "did not answer within 0.3 s" in msg and "start the WebShop server" in msg
 
 
-def test_bad_seed_on_the_server_is_an_env_error(env):
-    with pytest.raises(EnvError, match="HTTP 500") as e:
-        env.reset(seed=len(INSTRUCTIONS))  # the real app: goals[idx] -> IndexError -> 500
+def test_a_goal_the_server_lacks_is_an_env_error(env):
+    with pytest.raises(EnvError, match=r"HTTP 500 .*\(is goal index 5 in range\?\)") as e:
+        env.reset(goal=len(INSTRUCTIONS))  # the real app: goals[idx] -> IndexError -> 500
     assert "\n" not in str(e.value)
-    with pytest.raises(ValueError):
-        env.reset(seed=-1)
+    for bad in (dict(seed=-1), dict(goal=-1), dict(seed=0, split="test")):
+        with pytest.raises(ValueError):
+            env.reset(**bad)
 
 
 def test_step_before_reset(server):
-    with pytest.raises(EnvError, match="before reset"):
+    with pytest.raises(EnvError, match=r"^WebShop: step\(\) before reset\(\); call reset\(\) first$"):
         WebShop(base_url=server).step("search[x]")
 
 
@@ -471,7 +316,7 @@ def test_selected_options_from_urls():
 
 def test_parse_page_score_and_hidden_text():
     page = parse_page(
-        _render(
+        render(
             "done_page.html", mturk_code="C", asin=TARGET, options_json="{}", instruction_text="find x", reward=0.5
         ).decode(),
         "http://h/done/fixed_0/B0TARGET01/%7B%7D",
