@@ -13,14 +13,15 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 
 LAYERS = [
-    ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed"),
+    ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts"),
     ("models", "envs"),
     ("learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
-     "tensorboard_writer", "memory_plan"),
+     "tensorboard_writer", "memory_plan", "history"),
     ("acting", "sft"),
     ("agents",),
-    ("components", "config"),
+    ("components", "config", "config_changes", "preflight"),
     ("train",),
+    ("cli",),
 ]
 MAX_CLASS_LINES = 150
 
@@ -40,12 +41,17 @@ def _type_checking(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
 
 
+def _main_guard(node: ast.AST) -> bool:
+    """``if __name__ == "__main__":`` runs only when the file is the program, never on import."""
+    return isinstance(node, ast.If) and ast.unparse(node.test).replace("'", '"') == '__name__ == "__main__"'
+
+
 def _imports(path: Path) -> set[str]:
-    """The archer_jax modules ``path`` imports (anywhere but under ``if TYPE_CHECKING:``)."""
+    """The archer_jax modules ``path`` imports (anywhere but under ``if TYPE_CHECKING:`` or the main guard)."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if _type_checking(node):
+        if _type_checking(node) or _main_guard(node):
             return
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("archer_jax"))

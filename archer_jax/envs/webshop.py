@@ -103,7 +103,7 @@ class WebShop:
         else:
             goal = self.goals.goal(seed, split)
         self._page = None  # until the new episode's page is here
-        self._check_server()
+        check_server(self.client, self.goals)
         session_id = f"fixed_{goal}"
         url = self.client.session_url(session_id)
         try:
@@ -170,33 +170,6 @@ class WebShop:
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _has_goal(self, goal: int) -> bool:
-        """Whether the server has goal ``goal`` (it answers HTTP 500 past its list)."""
-        try:
-            self.client.load(self.client.session_url(f"fixed_{goal}"))
-        except NavigationError as e:
-            if e.status == 500:
-                return False
-            raise EnvError(f"WebShop server answered {e.reason} for goal {goal}: is it a WebShop server?") from None
-        return True
-
-    def _check_server(self) -> None:
-        """Once per process and server: the server has the highest goal of the ranges, or a
-        one-line EnvError with its goal count (:mod:`archer_jax.envs.webshop_goals`)."""
-        top = self.goals.highest
-        key = (self.client.base_url, top)
-        if key in _SERVERS_CHECKED:
-            return
-        if not self._has_goal(top):
-            count = count_goals(self._has_goal, top)
-            held = f"{count} goals (indices 0..{count - 1})" if count else "no goals"
-            raise EnvError(
-                f"the WebShop server at {self.client.base_url} has {held} (it exposes no count: found by asking for "
-                f"sessions fixed_<n>), but config.env.options.{self.goals.past(count)} goes past them; "
-                f"set env.options.train_goals and eval_goals within [0, {count})"
-            )
-        _SERVERS_CHECKED.add(key)
-
     def available_actions(self) -> list[str]:
         """The actions the current page offers; none before reset() or after the episode."""
         return [] if self._page is None or self._done else self._page.available_actions()
@@ -226,3 +199,31 @@ class WebShop:
         info = StepInfo(truncated=truncated, invalid=invalid, extra=self._extra(**kw))
         return StepResult(self._observation, 0.0, truncated, info)
 
+
+def has_goal(client: WebShopClient, goal: int) -> bool:
+    """Whether the server has goal ``goal`` (it answers HTTP 500 past its list)."""
+    try:
+        client.load(client.session_url(f"fixed_{goal}"))
+    except NavigationError as e:
+        if e.status == 500:
+            return False
+        raise EnvError(f"WebShop server answered {e.reason} for goal {goal}: is it a WebShop server?") from None
+    return True
+
+
+def check_server(client: WebShopClient, goals: GoalRanges) -> None:
+    """Once per process and server: the server has the highest goal of the ranges, or a one-line
+    EnvError with its goal count (:mod:`archer_jax.envs.webshop_goals`)."""
+    top = goals.highest
+    key = (client.base_url, top)
+    if key in _SERVERS_CHECKED:
+        return
+    if not has_goal(client, top):
+        count = count_goals(lambda goal: has_goal(client, goal), top)
+        held = f"{count} goals (indices 0..{count - 1})" if count else "no goals"
+        raise EnvError(
+            f"the WebShop server at {client.base_url} has {held} (it exposes no count: found by asking for "
+            f"sessions fixed_<n>), but config.env.options.{goals.past(count)} goes past them; "
+            f"set env.options.train_goals and eval_goals within [0, {count})"
+        )
+    _SERVERS_CHECKED.add(key)
