@@ -4,25 +4,40 @@
     checkpoints.save(step, critic=critic_state, actor=actor_state, replay=buffer, loop={...})
     step = checkpoints.latest()            # the newest complete checkpoint, or None
     critic, actor, buffer, loop = checkpoints.restore(step, critic=critic_like, actor=actor_like)
+    step, restored = checkpoints.restore_latest(actor=actor_like, critic=critic_like)  # the newest that loads
 
 Orbax writes each checkpoint to a temporary directory and renames it when every item is written,
 so a process killed while saving leaves the previous checkpoint as the latest complete one. The
 replay buffer is an orbax item of its own (:class:`ReplayHandler`, plain NumPy files with its RNG
 state); the loop state (iteration, counters, metric history, RNG seeds) is JSON.
+
+A checkpoint can be complete and still not load (a truncated array file, a damaged replay buffer
+or loop state: a full disk, a bad copy). :meth:`Checkpoints.restore_latest` then takes the newest
+one that loads completely, warns in one line which steps it skipped and why, and moves those aside
+to ``<directory>.unreadable/`` (kept for inspection, and out of the way of the steps the run will
+save again; orbax's rotation would otherwise count them and could delete the good one).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
+from archer_jax.errors import TrainingError
 from archer_jax.learners.train_state import TrainState
 from archer_jax.replay import ReplayBuffer
+
+log = logging.getLogger("archer_jax")
+
+Restored = tuple[TrainState, "TrainState | None", ReplayBuffer, dict[str, Any]]
 
 
 class ReplayHandler(ocp.CheckpointHandler):
@@ -109,5 +124,58 @@ class Checkpoints:
         critic_state = _as_state(restored["critic"]) if critic is not None else None
         return _as_state(restored["actor"]), critic_state, restored["replay"], restored["loop"]
 
+    def restore_latest(self, *, actor: TrainState, critic: TrainState | None, check=None) -> tuple[int, Restored] | None:
+        """The newest checkpoint that loads completely (None when there is no checkpoint).
+
+        ``check(restored)`` may raise to reject a checkpoint whose content is wrong (e.g. the loop
+        state does not parse). Newer checkpoints that do not load are moved aside with a one-line
+        warning; when none loads, :class:`TrainingError` names each step and why, and nothing moves.
+        """
+        failures: list[tuple[int, str]] = []
+        for step in sorted(self.all_steps(), reverse=True):
+            try:
+                restored = self.restore(step, actor=actor, critic=critic)
+                if check is not None:
+                    check(restored)
+            except Exception as e:  # noqa: BLE001 - any failure to load makes the checkpoint unusable
+                failures.append((step, _reason(e)))
+                continue
+            if failures:
+                self._set_aside([s for s, _ in failures])
+                log.warning("checkpoint(s) %s could not be restored (%s); moved to %s and resumed from step %d",
+                            ", ".join(str(s) for s, _ in failures), "; ".join(f"{s}: {r}" for s, r in failures),
+                            self.unreadable, step)
+            return step, restored
+        if failures:
+            raise TrainingError(
+                f"no checkpoint in {self.directory} can be restored ({'; '.join(f'step {s}: {r}' for s, r in failures)}); "
+                "nothing was changed there: use a new --workdir, or move the checkpoints away to start afresh"
+            )
+        return None
+
+    @property
+    def unreadable(self) -> Path:
+        """Where checkpoints that do not load are moved."""
+        return self.directory.with_name(self.directory.name + ".unreadable")
+
+    def _set_aside(self, steps: list[int]) -> None:
+        if jax.process_index() == 0:
+            self.unreadable.mkdir(parents=True, exist_ok=True)
+            for step in steps:
+                target = self.unreadable / f"{step}.{time.strftime('%Y%m%d-%H%M%S')}"
+                shutil.move(os.fspath(self.directory / str(step)), os.fspath(target))
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("archer_jax: unreadable checkpoints set aside")
+        self.manager.reload()
+
     def close(self) -> None:
         self.manager.close()
+
+
+def _reason(error: BaseException) -> str:
+    """One short line for why a checkpoint did not load."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__

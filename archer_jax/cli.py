@@ -32,6 +32,9 @@ _COORDINATOR = flags.DEFINE_string("coordinator", None, "Several processes: the 
                                    "(env ARCHER_JAX_COORDINATOR; TPU pod slices need none of these three).")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Several processes: how many (env ARCHER_JAX_NUM_PROCESSES).")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Several processes: this one's index (env ARCHER_JAX_PROCESS_ID).")
+_ALLOW_CONFIG_CHANGES = flags.DEFINE_bool(
+    "allow_config_changes", False, "Resume a workdir with changed config keys that a resume otherwise refuses "
+    "(the changes are applied and recorded in config.json and summary.json; see the README).")
 
 
 def _last_line(error: Exception) -> str:
@@ -58,13 +61,13 @@ def main(argv: list[str]) -> None:
     except OSError as e:
         sys.exit(f"error: --config: {_last_line(e)}")
     try:
-        train_and_evaluate(config, _WORKDIR.value)
+        train_and_evaluate(config, _WORKDIR.value, allow_config_changes=_ALLOW_CONFIG_CHANGES.value)
     except (ConfigError, ModelLoadError, TrainingError, EnvError) as e:
         sys.exit(f"error: {e}")
 
 
 USAGE = ("usage: python -m archer_jax.train --config=configs/FILE.py[:PRESET] --workdir=DIR "
-         "[--config.KEY=VALUE ...] [--coordinator=HOST:PORT --num_processes=N --process_id=I]")
+         "[--config.KEY=VALUE ...] [--allow_config_changes] [--coordinator=HOST:PORT --num_processes=N --process_id=I]")
 HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull")
 _CONFIG_PREFIXES = ("--config.", "-config.", "--noconfig.", "-noconfig.")
 
@@ -72,8 +75,8 @@ _CONFIG_PREFIXES = ("--config.", "-config.", "--noconfig.", "-noconfig.")
 def help_text() -> str:
     """``--help``: usage, this program's flags, and every config key with its default and doc."""
     lines = [USAGE, "", "Flags:"]
-    for holder in (_CONFIG, _WORKDIR, _COORDINATOR, _NUM_PROCESSES, _PROCESS_ID):
-        lines.append(f"  --{holder.name:<15} {flags.FLAGS[holder.name].help}")
+    for holder in (_CONFIG, _WORKDIR, _ALLOW_CONFIG_CHANGES, _COORDINATOR, _NUM_PROCESSES, _PROCESS_ID):
+        lines.append(f"  --{holder.name:<22} {flags.FLAGS[holder.name].help}")
     defaults = flat_defaults()
     shown = {key: "{}" if key in FREE_FORM else repr(value) for key, value in defaults.items()}
     key_width, value_width = max(map(len, shown)), max(map(len, shown.values()))

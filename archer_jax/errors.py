@@ -13,3 +13,11 @@ class ConfigError(ValueError):
 
 class TrainingError(RuntimeError):
     """The run cannot go on (e.g. repeated non-finite losses); the message says why and what is kept."""
+
+
+class RunInterrupted(TrainingError):
+    """SIGINT or SIGTERM stopped the run (after saving a checkpoint, where there was one to save)."""
+
+    def __init__(self, signal_name: str, message: str):
+        super().__init__(message)
+        self.signal_name = signal_name

@@ -25,10 +25,20 @@ class LoopState:
     wall_time_s: float = 0.0
     # Several processes: at each checkpoint, the digest of the parameters every host holds (they agree).
     host_digests: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Config changes applied on resume (archer_jax.config_changes): the iteration after which
+    # each applied, and every changed key's [old, new] value.
+    config_changes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The checkpoint's ``loop`` item."""
         return dataclasses.asdict(self)
+
+    def last_finite_iteration(self) -> int:
+        """The last iteration whose learner steps were all finite (0: none, or before training)."""
+        for row in reversed(self.history):
+            if not any(v for k, v in row.items() if k.endswith("/nonfinite")):
+                return row["iteration"]
+        return 0
 
     @classmethod
     def from_json(cls, item: dict[str, Any]) -> LoopState:

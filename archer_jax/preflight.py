@@ -61,6 +61,9 @@ def _check_writable_directory(path: Path, what: str) -> None:
 def check_workdir(workdir: str | os.PathLike) -> None:
     """The workdir is (or can be made) a writable directory, and what a run writes there is not
     blocked by a file of the same name."""
+    if "://" in str(workdir):
+        raise ConfigError(f"--workdir: {workdir} is a URL; the workdir is a directory of the file system "
+                          "(for a bucket, mount it with gcsfuse and give the mount path: docs/multihost.md)")
     path = Path(workdir).expanduser()
     _check_writable_directory(path, "--workdir")
     checkpoints = path / "checkpoints"

@@ -1,4 +1,5 @@
-"""What a run reports: TensorBoard events (and W&B), the console line, summary.json and learning_curve.png."""
+"""What a run reports: TensorBoard events (and W&B), the console line with the run's ETA, progress
+lines for long phases when no terminal shows a bar, summary.json and learning_curve.png."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +77,20 @@ class Writers:
             w.close()
 
 
-def console_line(iteration: int, iterations: int, m: Mapping[str, float]) -> str:
-    """One line per iteration: progress, returns, losses and time."""
+def format_duration(seconds: float) -> str:
+    """``seconds`` for a reader: "42 s", "3 min 05 s", "2 h 07 min"."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min {int(seconds % 60):02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def console_line(iteration: int, iterations: int, m: Mapping[str, float], eta_s: float | None = None) -> str:
+    """One line per iteration: progress, returns, losses, time and, given ``eta_s`` (e.g.
+    :meth:`Progress.eta_s`), the time the rest of the run will take."""
     parts = [f"iteration {iteration}/{iterations}", f"env samples {int(m.get('env_samples', 0))}"]
     for key, label in (("rollout/return", "return"), ("rollout/success", "success"), ("eval/return", "eval return"),
                        ("eval/success", "eval success"), ("critic/loss", "critic loss"), ("actor/loss", "actor loss"),
@@ -84,7 +99,116 @@ def console_line(iteration: int, iterations: int, m: Mapping[str, float]) -> str
             parts.append(f"{label} {m[key]:.3g}")
     if "time/iteration" in m:
         parts.append(f"{m['time/iteration']:.1f} s")
+    if eta_s is not None and iteration < iterations:
+        parts.append(f"ETA {format_duration(eta_s)}")
     return " | ".join(parts)
+
+
+class Progress:
+    """The ETA of a run of ``total`` iterations, from how long its iterations have taken.
+
+    Create it just before the loop (``done``: iterations finished before, e.g. on resume) and call
+    :meth:`step` after each iteration. The first iteration of a session compiles most programs, so
+    once two are done the time per iteration is measured from the end of the first one.
+    """
+
+    def __init__(self, total: int, done: int = 0, clock: Callable[[], float] = time.monotonic):
+        self.total, self.done = total, done
+        self._clock = clock
+        self._start = clock()
+        self._first_end: float | None = None
+        self._last_end: float | None = None
+        self._steps = 0
+
+    def step(self, iteration: int | None = None) -> None:
+        """Marks an iteration finished: ``iteration`` (its number), by default the next one."""
+        self.done = self.done + 1 if iteration is None else iteration
+        now = self._clock()
+        if self._first_end is None:
+            self._first_end = now
+        self._last_end, self._steps = now, self._steps + 1
+
+    def seconds_per_iteration(self) -> float | None:
+        """Mean seconds per iteration of this session (after its first, once there are two); None before any."""
+        if self._steps == 0:
+            return None
+        if self._steps == 1:
+            return self._first_end - self._start
+        return (self._last_end - self._first_end) / (self._steps - 1)
+
+    def eta_s(self) -> float | None:
+        """Seconds until the last iteration ends at the current pace; 0 when done, None before any."""
+        remaining = max(self.total - self.done, 0)
+        if remaining == 0:
+            return 0.0
+        rate = self.seconds_per_iteration()
+        return None if rate is None else remaining * rate
+
+
+HEARTBEAT_S = 30.0  # seconds between progress lines of a long phase when no terminal shows a bar
+
+
+class Heartbeat:
+    """A long phase's progress (SFT steps, rollout turns) as a log line every ``every_s`` seconds:
+    what a tqdm bar shows, where none is shown (nohup, CI, a log file). It takes the calls the
+    loop makes on a tqdm bar: ``update``, ``set_postfix``, ``n``, and ``with``."""
+
+    def __init__(self, total: int, desc: str, unit: str = "it", every_s: float = HEARTBEAT_S,
+                 clock: Callable[[], float] = time.monotonic, logger: logging.Logger = log):
+        self.total, self.desc, self.unit, self.every_s = total, desc, unit, every_s
+        self.n = 0
+        self.postfix: dict[str, Any] = {}
+        self._clock, self._logger = clock, logger
+        self._start = self._last = clock()
+
+    def update(self, n: int = 1) -> None:
+        """Counts ``n`` more units; logs a line when ``every_s`` seconds passed since the last one."""
+        self.n += n
+        now = self._clock()
+        if now - self._last >= self.every_s:
+            self._last = now
+            self._logger.info("%s", self.line())
+
+    def set_postfix(self, ordered_dict: Mapping[str, Any] | None = None, refresh: bool = True, **values: Any) -> None:
+        """Values shown at the end of the next line (as tqdm's ``set_postfix``)."""
+        self.postfix = {**(ordered_dict or {}), **values}
+
+    def line(self) -> str:
+        """``SFT: step 120/300 (40%), 21 s elapsed, ETA 32 s, loss=12.345``."""
+        elapsed = self._clock() - self._start
+        parts = [f"{self.desc}: {self.unit} {self.n}/{self.total}"
+                 + (f" ({100 * self.n / self.total:.0f}%)" if self.total else ""), f"{format_duration(elapsed)} elapsed"]
+        if 0 < self.n < self.total:
+            parts.append(f"ETA {format_duration(elapsed / self.n * (self.total - self.n))}")
+        parts += [f"{k}={v}" for k, v in self.postfix.items()]
+        return ", ".join(parts)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Heartbeat:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def progress_bar(total: int, desc: str, unit: str = "it", every_s: float = HEARTBEAT_S, stream: Any = None):
+    """A tqdm bar when ``stream`` (default stderr, where tqdm draws) is a terminal; else a
+    :class:`Heartbeat` that logs a line every ``every_s`` seconds."""
+    stream = sys.stderr if stream is None else stream
+    if _is_terminal(stream):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, unit=unit, leave=False, file=stream)
+    return Heartbeat(total, desc, unit, every_s=every_s)
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
 
 
 def _clean(value: Any) -> Any:
@@ -100,18 +224,43 @@ def write_summary(workdir: Path, summary: Mapping[str, Any]) -> Path:
     return path
 
 
-def plot_learning_curve(workdir: Path, evals: Sequence[Mapping[str, float]], title: str) -> Path:
-    """``learning_curve.png``: greedy eval return and success rate against env samples."""
+# The optimal scripted expert (archer_jax/envs/experts.py) over every secret of the game, alone
+# in the env with 20 turns: (mean return, most turns it needs). A reference for learning curves;
+# tests/test_report.py plays it again and checks these numbers.
+OPTIMAL_EXPERT = {
+    "twenty_questions_subset": (-3.1, 6),  # 10 objects: 4.1 questions on average
+    "twenty_questions": (-7.101910828025478, 11),  # 157 objects: 8.1 questions
+    "guess_my_city": (-6.252747252747253, 10),  # 91 cities: 7.3 questions
+}
+
+
+def optimal_return(env_name: str, max_turns: int) -> float | None:
+    """The optimal scripted expert's mean return in ``env_name`` where it is known and every game
+    it plays fits in ``max_turns``; else None."""
+    mean, turns = OPTIMAL_EXPERT.get(env_name, (None, None))
+    return mean if mean is not None and turns <= max_turns else None
+
+
+def learning_curve_figure(evals: Sequence[Mapping[str, float]], title: str, *, sft: bool = False,
+                          optimum: float | None = None, optimum_label: str = "optimal expert (mean over secrets)"):
+    """The learning curve as a matplotlib ``Figure`` (no pyplot): greedy eval return and success
+    rate against env samples, a dotted line at the iteration-0 evaluation (the start, "after SFT"
+    when ``sft``), a dash-dot line at ``optimum`` when given, and a legend naming them."""
     # A Figure drawn on an Agg canvas: no pyplot, so the caller's matplotlib backend is left alone
     # (matplotlib.use("Agg") here would switch a notebook's inline plots off).
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     samples = [e["env_samples"] for e in evals]
-    fig = Figure(figsize=(6.4, 4.0), dpi=120)
+    fig = Figure(figsize=(6.4, 4.6), dpi=120)
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     ax.plot(samples, [e["eval/return"] for e in evals], "o-", color="tab:blue", label="eval return")
+    if evals and evals[0].get("iteration", 0) == 0:
+        start = evals[0]["eval/return"]
+        ax.axhline(start, color="tab:gray", linestyle=":", label=f"{'after SFT' if sft else 'start'} (iteration 0): {start:.2f}")
+    if optimum is not None:
+        ax.axhline(optimum, color="tab:green", linestyle="-.", label=f"{optimum_label}: {optimum:.2f}")
     ax.set_xlabel("env samples (transitions collected)")
     ax.set_ylabel("greedy eval return", color="tab:blue")
     ax.grid(alpha=0.3)
@@ -119,8 +268,19 @@ def plot_learning_curve(workdir: Path, evals: Sequence[Mapping[str, float]], tit
     twin.plot(samples, [e["eval/success"] for e in evals], "s--", color="tab:orange", label="success rate")
     twin.set_ylabel("success rate", color="tab:orange")
     twin.set_ylim(-0.05, 1.05)
+    lines, labels = ax.get_legend_handles_labels()
+    twin_lines, twin_labels = twin.get_legend_handles_labels()
     ax.set_title(title)
+    # Below the axes, where it hides no point.
+    twin.legend(lines + twin_lines, labels + twin_labels, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
+                fontsize="small", frameon=False)
     fig.tight_layout()
+    return fig
+
+
+def plot_learning_curve(workdir: Path, evals: Sequence[Mapping[str, float]], title: str, *, sft: bool = False,
+                        optimum: float | None = None, optimum_label: str = "optimal expert (mean over secrets)") -> Path:
+    """``learning_curve.png`` in ``workdir``: :func:`learning_curve_figure` saved."""
     path = Path(workdir) / CURVE
-    fig.savefig(path)
+    learning_curve_figure(evals, title, sft=sft, optimum=optimum, optimum_label=optimum_label).savefig(path)
     return path

@@ -12,10 +12,12 @@ The loop (ArCHer, Zhou et al. 2024, Algorithm 1, online), in :func:`train_and_ev
         agent.learn: ArCHer: critic_steps TD steps on uniform batches with a fresh a_pi ~ pi(.|s)
             (Polyak inside); after warmup_iter, actor_steps policy-gradient steps with
             A = min Q(s, a_pi) - min V(s)   (archer_jax/agents/*.py, archer_jax/learners/archer.py)
-        every eval_freq: greedy eval; every save_freq: checkpoint
-    summary.json, learning_curve.png
+        every eval_freq: greedy eval; every save_freq: checkpoint (never after a non-finite step)
+    summary.json, learning_curve.png (history.jsonl grows by a line per iteration)
 
-A workdir that already holds a checkpoint is resumed from its latest complete one, exactly.
+A workdir that already holds a checkpoint is resumed from its newest one that loads, exactly; a
+changed config is applied or refused as :mod:`archer_jax.config_changes` says. SIGINT/SIGTERM
+save a checkpoint and stop; every stop (a signal, non-finite losses, an error) writes the reports.
 
 Several hosts (a TPU pod slice, or ``--coordinator/--num_processes/--process_id`` on every host)
 run the same command; each plays its share of the games and the learner steps span every host's
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,79 +37,156 @@ from typing import Any
 import jax
 import ml_collections
 
-from archer_jax import agents, distributed, memory_plan, report, rollout, sft
+from archer_jax import agents, config_changes, distributed, history, memory_plan, preflight, report, rollout, sft
 from archer_jax.agents.agent import timed
 from archer_jax.agents.rollouts import collect, evaluate, store
 from archer_jax.checkpoint import Checkpoints
 from archer_jax.components import Components
-from archer_jax.config import validate
-from archer_jax.errors import TrainingError
+from archer_jax.errors import RunInterrupted, TrainingError
+from archer_jax.interrupts import Interrupted, Interrupts
 from archer_jax.learners.train_state import States
 from archer_jax.loop_state import LoopState
 
 log = logging.getLogger("archer_jax")
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict[str, Any]:
-    """Trains (or resumes) the run in ``workdir``; returns the summary written to summary.json."""
-    from archer_jax import preflight
 
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, *,
+                       allow_config_changes: bool = False) -> dict[str, Any]:
+    """Trains (or resumes) the run in ``workdir``; returns the summary written to summary.json.
+
+    A resume may change the config only as :mod:`archer_jax.config_changes` allows (other keys
+    need ``allow_config_changes``). SIGINT/SIGTERM stop the run with a checkpoint
+    (:mod:`archer_jax.interrupts`), raising :class:`RunInterrupted`; every stop writes the reports.
+    """
     preflight.check(config, workdir)  # validate(config), then every check that needs no model
     _use_compilation_cache(config.compilation_cache)
     workdir = Path(workdir).expanduser()
     workdir.mkdir(parents=True, exist_ok=True)
-    if distributed.is_primary():
-        _record_config(config, workdir)
     c, started = config, time.time()
+    checkpoints = Checkpoints(workdir / "checkpoints", keep=c.keep_checkpoints)
+    changes = _config_changes(config, workdir, checkpoints, allow_config_changes)
     run = Components(c, workdir)
     agent = run.agent
-    checkpoints = Checkpoints(workdir / "checkpoints", keep=c.keep_checkpoints)
     writers = report.Writers(workdir, use_wandb=c.use_wandb, wandb_project=c.wandb_project, config=c.to_dict())
-    loop = None
-    try:
-        states, replay, loop = _start_or_resume(run, agent, checkpoints, writers, started)
-        resumed_at, session_start = loop.iteration, time.time() - loop.wall_time_s
+    loop, resumed_at, stop = None, 0, None
+    with Interrupts() as interrupts:
+        try:
+            with interrupts.abandonable():  # a stop before checkpoint 0 (or a resume) keeps nothing new
+                states, replay, loop = _start_or_resume(run, agent, checkpoints, writers, started)
+            resumed_at, session_start = loop.iteration, time.time() - loop.wall_time_s
+            if changes:
+                loop.config_changes.append(dict(iteration=loop.iteration, changes={k: list(v) for k, v in changes.items()}))
+            progress = report.Progress(c.iterations, done=loop.iteration)  # the ETA in each iteration's line
 
-        for iteration in range(loop.iteration + 1, c.iterations + 1):
-            t0 = time.perf_counter()
-            episodes, t_rollout = timed(collect, run, agent, states, iteration)  # roll out with the agent
-            loop.env_samples += store(run, replay, episodes, loop.episodes)  # into the replay buffer
-            loop.episodes += len(episodes)
-            states, seconds = agent.learn(run, states, replay, iteration)  # critic, actor or BC steps
-            evaluation = None
-            if (c.eval_freq and iteration % c.eval_freq == 0) or iteration == c.iterations:
-                evaluation = timed(evaluate, run, agent, states)  # greedy, on fixed games
-            seconds = dict(rollout=t_rollout, **seconds)
-            _record_iteration(run, loop, writers, iteration, episodes, replay, evaluation, seconds, t0)
-            if iteration % c.save_freq == 0 or iteration == c.iterations:
-                loop.wall_time_s = time.time() - session_start
-                _save(checkpoints, iteration, states, replay, loop)
-    except TrainingError as e:
-        latest = checkpoints.latest()
-        kept = f"the last checkpoint (step {latest}) is intact" if latest is not None else "no checkpoint was written"
-        stopped = "before training" if loop is None else f"at iteration {loop.iteration + 1}"
-        raise TrainingError(f"stopped {stopped}: {e}; {kept}") from None
-    finally:
-        run.close()
-        writers.close()
-    return _finish(c, workdir, loop, resumed_at)
+            for iteration in range(loop.iteration + 1, c.iterations + 1):
+                t0 = time.perf_counter()
+                try:
+                    with interrupts.abandonable():  # nothing is kept of a rollout cut short
+                        episodes, t_rollout = timed(collect, run, agent, states, iteration)  # roll out with the agent
+                except Interrupted:
+                    break
+                loop.env_samples += store(run, replay, episodes, loop.episodes)  # into the replay buffer
+                loop.episodes += len(episodes)
+                states, seconds = agent.learn(run, states, replay, iteration)  # critic, actor or BC steps
+                evaluation = None
+                if (c.eval_freq and iteration % c.eval_freq == 0) or iteration == c.iterations:
+                    evaluation = timed(evaluate, run, agent, states)  # greedy, on fixed games
+                seconds = dict(rollout=t_rollout, **seconds)
+                _record_iteration(run, loop, writers, progress, iteration, episodes, replay, evaluation, seconds, t0)
+                stopping = interrupts.stop_requested()
+                if iteration % c.save_freq == 0 or iteration == c.iterations or stopping:
+                    loop.wall_time_s = time.time() - session_start
+                    _save_if_finite(checkpoints, iteration, states, replay, loop)
+                if stopping:
+                    break
+            if interrupts.stop_requested():  # SIGINT/SIGTERM: the last whole iteration is saved
+                if checkpoints.latest() != loop.iteration and loop.last_finite_iteration() == loop.iteration:
+                    loop.wall_time_s = time.time() - session_start
+                    _save(checkpoints, loop.iteration, states, replay, loop)
+                stop = RunInterrupted(interrupts.requested, _interrupted(interrupts.requested, loop, checkpoints))
+        except Interrupted as e:  # a second signal, or a first one before checkpoint 0: stop at once
+            stop = RunInterrupted(e.signal_name, _interrupted(e.signal_name, loop, checkpoints, at_once=True))
+        except TrainingError as e:
+            stop = TrainingError(f"stopped {_where(loop)}: {e}; {_kept(loop, checkpoints)}")
+        finally:
+            run.close()
+            writers.close()
+            if loop is not None:  # every stop writes the reports of what was done
+                failing = stop is not None or sys.exc_info()[0] is not None
+                try:
+                    summary = _finish(c, workdir, loop, resumed_at, stopped=str(stop) if failing else None)
+                except Exception:
+                    if not failing:
+                        raise
+                    log.exception("the reports of the stopped run could not be written")
+    if stop is not None:
+        raise stop from None
+    return summary
+
+
+def _config_changes(config: ml_collections.ConfigDict, workdir: Path, checkpoints: Checkpoints,
+                    allow: bool) -> config_changes.Changes:
+    """The config changes a resume applies (refused with a :class:`ConfigError` as
+    :mod:`archer_jax.config_changes` says); writes config.json, the config in use."""
+    changes: config_changes.Changes = {}
+    if checkpoints.latest() is not None:
+        before = config_changes.recorded(workdir)
+        if before is None:
+            log.warning("%s has checkpoints but no readable config.json: the config cannot be compared", workdir)
+        else:
+            changes = config_changes.check_resume(config_changes.diff(before, config_changes.as_json(config)), workdir,
+                                                  allow)
+            if changes:
+                log.warning("resuming with changed config keys: %s", ", ".join(changes))
+    if distributed.is_primary():
+        config_changes.record(workdir, config)
+    return changes
+
+
+def _where(loop: LoopState | None) -> str:
+    return "before training" if loop is None else f"at iteration {loop.iteration + 1}"
+
+
+def _kept(loop: LoopState | None, checkpoints: Checkpoints) -> str:
+    """What a stopped run keeps: its last finite iteration and its newest checkpoint."""
+    latest = checkpoints.latest()
+    kept = f"checkpoint {latest} is intact" if latest is not None else "no checkpoint was written"
+    if loop is None:
+        return kept
+    return f"the last iteration whose steps were all finite is {loop.last_finite_iteration()}; {kept}"
+
+
+def _interrupted(signal_name: str, loop: LoopState | None, checkpoints: Checkpoints, at_once: bool = False) -> str:
+    """The one line of a run stopped by a signal."""
+    latest = checkpoints.latest()
+    if latest is None:
+        return f"{signal_name}: stopped {_where(loop)}; no checkpoint was written, so the same command starts afresh"
+    if at_once:
+        return f"{signal_name}: stopped at once {_where(loop)}; checkpoint {latest} is intact and the same command resumes from it"
+    return f"{signal_name}: stopped after iteration {loop.iteration}; the same command resumes from checkpoint {latest}"
 
 
 def _start_or_resume(run: Components, agent: agents.Agent, checkpoints: Checkpoints, writers: report.Writers,
                      started: float) -> tuple[States, Any, LoopState]:
-    """The latest checkpoint's states, replay buffer and loop state; or, in a new workdir, fresh
-    ones after the SFT warm start and the "before" evaluation (saved as checkpoint 0)."""
+    """The newest checkpoint that loads (its states, replay buffer and loop state); or, in a new
+    workdir, fresh ones after the SFT warm start and the "before" evaluation (checkpoint 0)."""
     c = run.config
     states = run.init_states()
     log.info("%s", memory_plan.describe(run.mesh, states, run.largest_activation()))
-    latest = checkpoints.latest()
-    if latest is not None:
-        actor, critic, replay, loop = checkpoints.restore(latest, actor=states.actor, critic=states.critic)
+    found = checkpoints.restore_latest(actor=states.actor, critic=states.critic,
+                                       check=lambda restored: LoopState.from_json(restored[3]))
+    if found is not None:
+        step, (actor, critic, replay, loop) = found
         loop = LoopState.from_json(loop)
-        log.info("resumed from %s at iteration %d (%d env samples)", checkpoints.directory / str(latest),
+        log.info("resumed from %s at iteration %d (%d env samples)", checkpoints.directory / str(step),
                  loop.iteration, loop.env_samples)
+        history.rewrite(run.workdir, loop.history)  # drops the lines of iterations after the checkpoint
+        if loop.iteration >= c.iterations:
+            log.info("the run already finished its %d iterations: nothing to train", loop.iteration)
         return States(actor, critic), replay, loop
     replay = run.new_replay()
     loop = LoopState(seed=c.seed, rng=jax.random.key_data(run.key).tolist())
+    history.rewrite(run.workdir, [])
     writers.hparams(c.to_dict())
     if c.sft.steps:
         states, loop.sft = warm_start(run, states, writers)
@@ -119,10 +199,11 @@ def _start_or_resume(run: Components, agent: agents.Agent, checkpoints: Checkpoi
     return states, replay, loop
 
 
-def _record_iteration(run: Components, loop: LoopState, writers: report.Writers, iteration: int, episodes, replay,
-                      evaluation: tuple | None, seconds: dict[str, float], start: float) -> None:
+def _record_iteration(run: Components, loop: LoopState, writers: report.Writers, progress: report.Progress,
+                      iteration: int, episodes, replay, evaluation: tuple | None, seconds: dict[str, float],
+                      start: float) -> None:
     """The iteration's metrics (rollouts, step means, counters, evaluation, phase times) into the
-    loop's history, TensorBoard and the console."""
+    loop's history, history.jsonl, TensorBoard and the console (with the run's ETA)."""
     c = run.config
     metrics = {f"rollout/{k}": v for k, v in rollout.summarize(episodes).items()}
     metrics.update(run.watchdog.means())
@@ -133,9 +214,21 @@ def _record_iteration(run: Components, loop: LoopState, writers: report.Writers,
         loop.evals.append(dict(iteration=iteration, env_samples=loop.env_samples, **evaluated))
     metrics.update({f"time/{k}": v for k, v in seconds.items()}, **{"time/iteration": time.perf_counter() - start})
     loop.history.append(dict(iteration=iteration, **metrics))
+    history.append(run.workdir, loop.history[-1])
     loop.iteration = iteration
     writers.scalars(iteration, metrics)
-    log.info("%s", report.console_line(iteration, c.iterations, metrics))
+    progress.step(iteration)
+    log.info("%s", report.console_line(iteration, c.iterations, metrics, eta_s=progress.eta_s()))
+
+
+def _save_if_finite(checkpoints: Checkpoints, step: int, states: States, replay, loop: LoopState) -> None:
+    """Checkpoint ``step``, unless one of its learner steps was non-finite: parameters near a
+    divergence are never saved, so the newest checkpoint is always one to resume from."""
+    if loop.last_finite_iteration() != step:
+        log.warning("iteration %d had non-finite learner steps: no checkpoint (the newest is %s)", step,
+                    checkpoints.latest())
+        return
+    _save(checkpoints, step, states, replay, loop)
 
 
 def _save(checkpoints: Checkpoints, step: int, states: States, replay, loop: LoopState) -> None:
@@ -146,13 +239,11 @@ def _save(checkpoints: Checkpoints, step: int, states: States, replay, loop: Loo
 
 def warm_start(run: Components, states: States, writers: report.Writers) -> tuple[States, dict[str, Any]]:
     """SFT on the demonstrations of ``config.sft.data``; the actor's Adam starts fresh after it."""
-    from tqdm.auto import tqdm
-
     c = run.config
     observations, actions = sft.demonstrations(c)
     learner = run.sft_learner()
     start = time.perf_counter()
-    with tqdm(total=c.sft.steps, desc="SFT", unit="step", leave=False, disable=None) as bar:
+    with report.progress_bar(c.sft.steps, "SFT", "step") as bar:  # a log line every 30 s without a terminal
 
         def progress(step: int, metrics: dict) -> None:
             bar.update(1)
@@ -178,18 +269,6 @@ def _eval_metrics(episodes) -> dict[str, float]:
     return {f"eval/{k}": v for k, v in rollout.summarize(episodes).items()}
 
 
-def _record_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
-    """Writes ``config.json``; on resume, logs the keys that changed since the run began."""
-    path = workdir / "config.json"
-    current = json.loads(config.to_json_best_effort())
-    if path.is_file():
-        before = json.loads(path.read_text())
-        changed = sorted(k for k in set(before) | set(current) if before.get(k) != current.get(k))
-        if changed:
-            log.warning("resuming with changed config keys: %s", ", ".join(changed))
-    path.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
-
-
 def _use_compilation_cache(directory: str) -> None:
     """Turns on JAX's persistent compilation cache in ``directory`` unless one is already set, for
     every program (JAX keeps only those that took a second or more to compile unless told)."""
@@ -201,8 +280,10 @@ def _use_compilation_cache(directory: str) -> None:
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
-def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: LoopState, resumed_at: int) -> dict[str, Any]:
-    """summary.json, learning_curve.png and history.jsonl from the loop state."""
+def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: LoopState, resumed_at: int,
+            stopped: str | None = None) -> dict[str, Any]:
+    """summary.json and learning_curve.png from the loop state (``stopped``: why the run stopped
+    before its last iteration, if it did)."""
     evals = loop.evals
     summary = dict(
         config=json.loads(c.to_json_best_effort()),
@@ -219,14 +300,14 @@ def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: LoopState, resume
         sft=loop.sft,
         wall_time_s=loop.wall_time_s,
         resumed_at_iteration=resumed_at or None,
+        config_changes=loop.config_changes,
+        stopped=stopped,
     )
     if not distributed.is_primary():  # every host holds the same loop state; one writes it
         return summary
     report.write_summary(workdir, summary)
-    report.plot_learning_curve(workdir, evals, f"{c.agent} on {c.env.name}")
-    with (workdir / report.HISTORY).open("w") as f:
-        for row in loop.history:
-            f.write(json.dumps(row) + "\n")
+    report.plot_learning_curve(workdir, evals, f"{c.agent} on {c.env.name}", sft=bool(loop.sft),
+                               optimum=report.optimal_return(c.env.name, c.env.max_turns))
     log.info("eval return %.3f -> %.3f (success %.2f -> %.2f); wrote %s and %s", summary["eval_return_before"],
              summary["eval_return_after"], summary["eval_success_before"], summary["eval_success_after"],
              workdir / report.SUMMARY, workdir / report.CURVE)

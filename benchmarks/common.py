@@ -112,21 +112,31 @@ def print_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -
 
 
 def write_result(name: str, config: dict, rows: Sequence[dict], out: Path = RESULTS, extra: dict | None = None) -> Path:
-    """Writes ``{out}/{name}.json`` with the machine, the configuration, the rows and ``extra``."""
+    """Writes ``{out}/{name}.json`` with the machine, the configuration, the rows and ``extra``,
+    every path in them relative to the repository (:func:`portable`)."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.json"
-    result = dict(benchmark=name, machine=machine(), config=portable(config), rows=list(rows), **(extra or {}))
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    result = dict(benchmark=name, machine=machine(), config=config, rows=list(rows), **(extra or {}))
+    path.write_text(json.dumps(portable(result), indent=2) + "\n")
     return path
 
 
-def portable(config: dict) -> dict:
-    """``config`` with absolute paths made relative to the repository (results name no machine's paths)."""
-    root = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]
 
-    def relative(value):
-        if isinstance(value, (str, Path)) and os.path.isabs(str(value)):
-            return os.path.relpath(str(value), root) if str(value).startswith(str(root)) else Path(value).name
-        return value
 
-    return {k: relative(v) for k, v in config.items()}
+def portable(value):
+    """``value`` (a dict, list or scalar, nested) with every absolute path made relative to the
+    repository, or cut to its last component when it lies outside: results name no machine's paths."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(v) for v in value]
+    if isinstance(value, Path) or (isinstance(value, str) and (os.path.isabs(value) or value.startswith("~"))):
+        path = Path(os.path.expanduser(str(value)))
+        if not path.is_absolute():
+            return str(value)
+        try:
+            return path.resolve().relative_to(ROOT).as_posix()
+        except ValueError:
+            return path.name
+    return value

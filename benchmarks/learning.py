@@ -150,12 +150,12 @@ def main() -> None:
     plot(curve, args.out / "learning.png", title)
     text = table(rows)
     (args.out / "learning.md").write_text(text + "\n")
-    result = dict(benchmark="learning", machine=machine(), config=portable(dict(vars(args), workdir=str(args.workdir),
-                  out=str(args.out))), seconds=previous.get("seconds") if args.report_only else time.perf_counter() - start,
+    result = dict(benchmark="learning", machine=machine(), config=dict(vars(args), workdir=str(args.workdir),
+                  out=str(args.out)), seconds=previous.get("seconds") if args.report_only else time.perf_counter() - start,
                   rows=rows, curves=curve,
                   runs=[{k: s[k] for k in ("agent", "env_samples", "episodes", "evals", "sft", "wall_time_s",
                                            "benchmark_wall_s")} | dict(seed=s["config"]["seed"]) for s in summaries])
-    (args.out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.out / "learning.json").write_text(json.dumps(portable(result), indent=2) + "\n")  # repo-relative paths
     print(text)
     print(f"wrote {args.out / 'learning.json'}, learning.png, learning.md ({time.perf_counter() - start:.0f} s)")
 

@@ -24,6 +24,8 @@ import ml_collections
 
 from archer_jax.config import base_config
 
+PRESETS = ("", "tiny", "micro")
+
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """The config for ``preset``: "" (the paper's setting), "tiny" or "micro"."""

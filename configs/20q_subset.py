@@ -2,21 +2,42 @@
 computer, piano, chair, pen, scissors), the setting of its Mistral-7B actor experiment.
 
     python -m archer_jax.train --config=configs/20q_subset.py --workdir=runs/20q_subset
+    python -m archer_jax.train --config=configs/20q_subset.py:tiny --workdir=runs/20q_subset_tiny
 
 Official online hyperparameters otherwise (docs/algorithms.md), with the GPT-2 policy and RoBERTa critic.
+
+``tiny`` and ``micro`` are ``configs/20q.py``'s presets, which already play this subset: tiny
+models built offline, an SFT warm start on the scripted experts, minutes (``tiny``) or seconds
+(``micro``) on a laptop CPU.
 """
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import ml_collections
 
 from archer_jax.config import base_config
 
+PRESETS = ("", "tiny", "micro")
+
+
+def _twenty_questions_preset(preset: str) -> ml_collections.ConfigDict:
+    """``configs/20q.py``'s ``preset`` (read from the file beside this one)."""
+    spec = importlib.util.spec_from_file_location("archer_jax_config_20q", Path(__file__).with_name("20q.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(preset)
+
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
-    """The config; no presets."""
-    if preset:
-        raise ValueError(f"unknown preset {preset!r} for configs/20q_subset.py; it has none")
-    c = base_config()
+    """The config for ``preset``: "" (the paper's setting on the subset), "tiny" or "micro"."""
+    if preset in ("tiny", "micro"):
+        c = _twenty_questions_preset(preset)
+    elif preset:
+        raise ValueError(f"unknown preset {preset!r} for configs/20q_subset.py; known: '' (paper), 'tiny', 'micro'")
+    else:
+        c = base_config()
     c.env.name = "twenty_questions_subset"
     return c

@@ -125,6 +125,8 @@ def test_unwritable_workdir_and_compilation_cache(tmp_path, monkeypatch, no_cach
     try:
         c = micro()
         assert_match(one_line_error(preflight.check, c, locked), r"--workdir: .*/locked is not writable$")
+        assert_match(one_line_error(preflight.check, c, "gs://bucket/run"),
+                     r"--workdir: gs://bucket/run is a URL; .*mount it with gcsfuse")
         assert_match(one_line_error(preflight.check, c, locked / "run"),
                      r"--workdir: .*/locked is not writable \(it would be made in .*/locked\)")
         c.compilation_cache = str(locked / "xla")
@@ -254,7 +256,7 @@ def test_help_lists_every_key_with_its_default_and_doc():
     for key, default in config_lib.flat_defaults().items():
         (line,) = [line for line in lines if line.split()[:1] == [key]]
         assert config_lib.KEY_DOCS[key] in line and (repr(default) in line or key in config_lib.FREE_FORM)
-    for flag in ("--config", "--workdir", "--coordinator", "--num_processes", "--process_id"):
+    for flag in ("--config", "--workdir", "--allow_config_changes", "--coordinator", "--num_processes", "--process_id"):
         assert flag in text
 
 

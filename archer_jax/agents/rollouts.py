@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
-from archer_jax import rollout
+from archer_jax import report, rollout
 from archer_jax.agents.agent import EVAL, ROLLOUT, Agent
 from archer_jax.distributed import concat_gathered, host_share
 from archer_jax.learners.train_state import States
@@ -33,7 +32,7 @@ def _play(run: Components, agent: Agent, states: States, seeds: Sequence[int], k
         return agent.act(run, states, observations, jax.random.fold_in(key, turn), greedy, rows)
 
     max_turns = run.config.env.max_turns
-    with tqdm(total=max_turns, desc=label, unit="turn", leave=False, disable=None) as bar:
+    with report.progress_bar(max_turns, label, "turn") as bar:  # tqdm on a terminal, else a line every 30 s
         mine = rollout.play(run.pool, act, [seeds[i] for i in share], max_turns=max_turns,
                             progress=lambda t: bar.update(t - bar.n), split=split) if len(share) else []
     return concat_gathered(mine)

@@ -47,7 +47,7 @@ def one_device(tiny_dirs, tokenizers):
     return as_numpy((critic_state.params, critic_state.target, actor_state.params)), as_numpy((cm, am))
 
 
-@pytest.mark.parametrize("shape", [(8, 1, 1), (2, 4, 1), (2, 2, 2)])
+@pytest.mark.parametrize("shape", [(8, 1, 1), (2, 2, 2)])  # data alone; data, fsdp and tensor together
 def test_sharded_steps_match_one_device(shape, tiny_dirs, tokenizers, one_device):
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices: XLA_FLAGS=--xla_force_host_platform_device_count=8 (set by conftest)")

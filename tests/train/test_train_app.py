@@ -181,22 +181,31 @@ def _assert_same_run(reference, workdir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_kill_9_after_a_checkpoint_then_resume_is_exact(straight, tmp_path):
-    reference_dir, reference = straight
+def test_sigterm_saves_reports_and_exits_with_one_line_then_resume_is_exact(straight, tmp_path):
+    _, reference = straight
     process = subprocess.Popen(cli(tmp_path, "--config.iterations=4", "--config.save_freq=2", "--config.eval_freq=2"),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_for(lambda: 2 in _complete_steps(tmp_path), process)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert 4 not in _complete_steps(tmp_path)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    history = tmp_path / "history.jsonl"
+    _wait_for(lambda: history.is_file() and history.read_text().count("\n") >= 1, process)  # iteration 1 is done
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=240)
+    last = stderr.strip().splitlines()[-1]
+    assert process.returncode != 0 and "Traceback" not in stderr, stderr[-3000:]
+    stopped_after = int(last.split("stopped after iteration ")[1].split(";")[0])
+    assert last == f"error: SIGTERM: stopped after iteration {stopped_after}; the same command resumes from checkpoint {stopped_after}"
+    assert stopped_after in _complete_steps(tmp_path)
+    assert len(history.read_text().splitlines()) == stopped_after
+    assert json.loads((tmp_path / "summary.json").read_text())["stopped"] == last.removeprefix("error: ")
 
     summary = train_and_evaluate(micro(**FOUR), tmp_path)
-    assert summary["resumed_at_iteration"] == 2
+    assert summary["resumed_at_iteration"] == stopped_after and summary["stopped"] is None
     _assert_same_run(reference, tmp_path)
 
 
 @pytest.mark.slow
-def test_kill_while_writing_a_checkpoint_resumes_from_the_previous_one(straight, tmp_path):
+def test_kill_9_while_writing_a_checkpoint_resumes_from_the_previous_one_exactly(straight, tmp_path):
+    """kill -9 at the worst moment: with a checkpoint half written. (A kill -9 at any other moment
+    leaves only complete checkpoints, the same case minus the partial directory.)"""
     _, reference = straight
     process = subprocess.Popen(cli(tmp_path, "--config.iterations=4", "--config.save_freq=1", "--config.eval_freq=2"),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -235,17 +244,22 @@ def test_non_finite_losses_are_skipped_counted_and_stop_the_run(tmp_path, monkey
     monkeypatch.setitem(registry.ENVS, "nan_game", registry.EnvSpec(lambda c: functools.partial(NanRewardGame)))
     # 2 critic steps per iteration; the 4th consecutive skipped step stops the run (iteration 2).
     c = micro(env__name="nan_game", sft__steps=0, iterations=4, save_freq=1, max_nonfinite_steps=4)
-    with pytest.raises(TrainingError, match=r"stopped at iteration 2: 4 consecutive critic steps .* checkpoint \(step 1\) is intact"):
+    with pytest.raises(TrainingError) as stopped:
         train_and_evaluate(c, tmp_path)
-    assert _complete_steps(tmp_path) == {0, 1}
+    assert str(stopped.value).startswith("stopped at iteration 2: 4 consecutive critic steps had a non-finite loss")
+    assert str(stopped.value).endswith("the last iteration whose steps were all finite is 0; checkpoint 0 is intact")
+    # Iteration 1 had non-finite steps: no checkpoint was saved after it, only before (step 0).
+    assert _complete_steps(tmp_path) == {0}
 
-    # Iteration 1's two steps were skipped and counted; the critic never moved.
-    actor0, critic0, _, _ = restored(tmp_path, c, step=0)
-    actor1, critic1, _, loop = restored(tmp_path, c, step=1)
-    assert loop["history"][0]["critic/nonfinite"] == 2 and int(critic1.skipped) == 2 and int(critic1.step) == 0
-    assert_same_tree(critic1.params, critic0.params)
-    assert_same_tree(critic1.target, critic0.target)
-    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(critic1.params))
+    # Its two steps were skipped and counted, and the reports say so.
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [h["iteration"] for h in history] == [1] and history[0]["critic/nonfinite"] == 2
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["iterations"] == 1 and summary["stopped"] == str(stopped.value)
+    assert (tmp_path / "learning_curve.png").is_file()
+    actor0, critic0, _, loop = restored(tmp_path, c, step=0)
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(critic0.params))
+    assert loop["iteration"] == 0
 
 
 # ---- errors -------------------------------------------------------------------------------

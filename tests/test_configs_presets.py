@@ -1,0 +1,79 @@
+"""Every config file has ``tiny`` and ``micro`` presets, and every preset of every file validates
+offline (archer_jax.config.validate)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from archer_jax import config as config_lib
+from archer_jax import report
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+FILES = sorted(p.name for p in CONFIGS.glob("*.py"))
+DETECTIVE_GAME = "ARCHER_JAX_DETECTIVE_GAME"  # a real detective.z5, if the machine has one
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"config_{name[:-3]}", CONFIGS / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_config_file_is_listed():
+    assert FILES == ["20q.py", "20q_subset.py", "city.py", "detective.py", "webshop.py"]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_every_config_has_tiny_and_micro_presets_with_tiny_models_and_small_counts(name):
+    module = load(name)
+    assert module.PRESETS == ("", "tiny", "micro")
+    paper, tiny, micro = (module.get_config(p) for p in module.PRESETS)
+    base_keys = set(config_lib.base_config().keys())
+    for c in (tiny, micro):
+        assert set(c.keys()) == base_keys  # presets change values, never keys
+        assert (c.model.policy, c.model.critic) == ("tiny:gpt2", "tiny:roberta")
+        # The same game (20q.py's presets play its 10-object subset: a tiny policy cannot hold 157).
+        assert c.env.name == ("twenty_questions_subset" if name == "20q.py" else paper.env.name)
+        assert dict(c.env.options) == dict(paper.env.options)
+    assert tiny.iterations * tiny.rollout_size <= 1000 < paper.iterations * paper.rollout_size
+    assert tiny.batch_size * tiny.grad_accum_steps <= 32 and tiny.model.max_prompt_length <= 256
+    assert micro.iterations <= 2 and micro.rollout_size <= 4 and micro.env.max_turns <= 4
+    assert micro.critic_steps <= 2 and micro.bc_steps <= 2 and micro.sft.steps <= 4
+    with pytest.raises(ValueError, match="unknown preset 'big'"):
+        module.get_config("big")
+
+
+def test_the_subset_presets_are_the_twenty_questions_ones():
+    for preset in ("tiny", "micro"):
+        assert load("20q_subset.py").get_config(preset).to_dict() == load("20q.py").get_config(preset).to_dict()
+    assert load("20q_subset.py").get_config().env.name == "twenty_questions_subset"
+
+
+@pytest.mark.parametrize("name", ["20q.py", "20q_subset.py", "city.py"])
+def test_tiny_turn_limits_leave_room_for_the_optimal_expert(name):
+    tiny = load(name).get_config("tiny")
+    assert report.optimal_return(tiny.env.name, tiny.env.max_turns) is not None
+
+
+@pytest.mark.parametrize("name, preset", [(n, p) for n in FILES for p in load(n).PRESETS])
+def test_every_preset_validates(name, preset, tmp_path):
+    c = load(name).get_config(preset)
+    if not c.model.policy.startswith("tiny:"):
+        # The paper's presets name hub models; offline (as in tests) those must already be in the
+        # HF cache, so the rest of the config is checked with the offline tiny models instead.
+        c.model.policy, c.model.critic = "tiny:gpt2", "tiny:roberta"
+    if c.env.name == "detective":  # the game file is not shipped: the one-line error first
+        with pytest.raises(config_lib.ConfigError, match="config.env.options.game_path: missing"):
+            config_lib.validate(c)
+        game = os.environ.get(DETECTIVE_GAME)
+        if not game:  # validate checks that the file exists; the game itself is read by the env
+            game = tmp_path / "detective.z5"
+            game.write_bytes(b"\0")
+        c.env.options.game_path = str(game)
+    # WebShop's server is contacted by the env, not by validate: no server is needed here.
+    config_lib.validate(c)
