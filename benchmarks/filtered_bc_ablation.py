@@ -7,7 +7,12 @@ transitions, as :mod:`archer_jax.agents.filtered_bc` does; the subsets are what 
 (the top ``filtered_bc_fraction`` by return), the won dialogues split by how many objects the
 answers had left when the winning guess was asked (``filtered_bc_data.py``), and everything.
 
-    python benchmarks/filtered_bc_ablation.py runs/fbc/seed1 --steps 50
+    python benchmarks/filtered_bc_ablation.py runs/fbc/seed1 --steps 50 [--sft_workdir runs/fbc/sft]
+
+A finished run keeps only its last ``keep_checkpoints`` checkpoints; when checkpoint 0 is gone,
+``--sft_workdir`` names a run of the same config whose checkpoint 0 is kept (the warm start is
+seeded by ``sft.seed``, so it is the same): e.g. the same command with ``--config.iterations=1
+--config.keep_checkpoints=5``.
 
 Prints a table and writes ``results/filtered_bc_ablation.json``.
 """
@@ -53,6 +58,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workdir", type=Path, help="a finished filtered-BC run of configs/20q.py:tiny")
     parser.add_argument("--steps", type=int, default=50, help="BC steps per subset (the tiny preset: 10 per iteration)")
+    parser.add_argument("--sft_workdir", type=Path, default=None,
+                        help="a run of the same config that kept checkpoint 0 (default: the workdir)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     start = time.perf_counter()
@@ -60,7 +67,7 @@ def main() -> None:
     config = ml_collections.ConfigDict(json.loads((args.workdir / "config.json").read_text()))
     run = Components(config, args.workdir)
     fresh = run.init_states()
-    sft_actor, *_ = Checkpoints(args.workdir / "checkpoints").restore(0, actor=fresh.actor, critic=fresh.critic)
+    sft_actor, *_ = Checkpoints((args.sft_workdir or args.workdir) / "checkpoints").restore(0, actor=fresh.actor, critic=fresh.critic)
     buffer = latest_buffer(args.workdir)
     records = dialogues(buffer)
     episode_of = buffer.columns["episode"][: len(buffer)]
@@ -85,7 +92,7 @@ def main() -> None:
         run.close()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "filtered_bc_ablation.json"
-    result = dict(benchmark="filtered_bc_ablation", machine=machine(), config=dict(workdir=str(args.workdir),
+    result = dict(benchmark="filtered_bc_ablation", machine=machine(), config=dict(workdir=str(args.workdir), sft_workdir=str(args.sft_workdir),
                   steps=args.steps, seed=config.seed), seconds=time.perf_counter() - start, rows=rows)
     path.write_text(json.dumps(portable(result), indent=2) + "\n")
     print(f"wrote {path}")
