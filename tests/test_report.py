@@ -186,3 +186,43 @@ def test_optimal_return_only_where_known_and_reachable():
     assert report.optimal_return("twenty_questions_subset", longest) == mean
     assert report.optimal_return("twenty_questions_subset", longest - 1) is None  # the turn limit cuts some games
     assert report.optimal_return("webshop", 10) is None and report.optimal_return("detective", 50) is None
+
+
+# ---- the README's sample output is what the code prints -------------------------------------
+
+_LABELS = {"return": "rollout/return", "success": "rollout/success", "eval return": "eval/return",
+           "eval success": "eval/success", "critic loss": "critic/loss", "actor loss": "actor/loss", "bc loss": "bc/loss"}
+
+
+def _seconds(text: str) -> float:
+    """``"16 min 17 s"`` -> 977.0 (format_duration's forms)."""
+    numbers = [int(t) for t in text.split() if t.isdigit()]
+    scale = {"s": [1], "min": [60, 1], "h": [3600, 60]}[text.split()[1]]
+    return float(sum(n * f for n, f in zip(numbers, scale)))
+
+
+def _readme_iteration_lines() -> list[str]:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    return [line for line in text.splitlines() if line.startswith("iteration ") and " | env samples " in line]
+
+
+def test_the_readmes_sample_iteration_lines_are_what_console_line_prints():
+    lines = _readme_iteration_lines()
+    assert len(lines) >= 2, "the README's sample output has no iteration lines"
+    for line in lines:
+        parts = line.split(" | ")
+        iteration, total = (int(v) for v in parts[0].removeprefix("iteration ").split("/"))
+        metrics: dict[str, float] = {"env_samples": float(parts[1].removeprefix("env samples "))}
+        eta = None
+        for part in parts[2:]:
+            if part.startswith("ETA "):
+                eta = _seconds(part.removeprefix("ETA "))
+            elif part.endswith(" s") and part[:-2].replace(".", "").isdigit():
+                metrics["time/iteration"] = float(part[:-2])
+            else:
+                label, value = part.rsplit(" ", 1)
+                assert label in _LABELS, f"{label!r} in the README's sample is not a label console_line prints"
+                metrics[_LABELS[label]] = float(value)
+        assert report.console_line(iteration, total, metrics, eta_s=eta) == line
