@@ -204,6 +204,40 @@ KEY_DOCS: dict[str, str] = {
 }
 
 
+PRESETS = ("", "tiny", "micro")  # every config file's: its official setting, and two small ones
+
+# What every config file's "tiny" preset sets: tiny models built offline (no download,
+# archer_jax.models.build_tiny) and counts for a laptop CPU. Each file adds its env's own counts.
+TINY = {
+    "model.policy": "tiny:gpt2", "model.critic": "tiny:roberta", "capacity": 10_000, "batch_size": 32,
+    "grad_accum_steps": 1, "critic_steps": 10, "actor_steps": 3, "bc_steps": 10, "warmup_iter": 5,
+    "learner.critic_lr": 1e-4,
+    # A 64-wide policy puts much mass on junk tokens: sample from its cooler, nucleus-cut
+    # distribution (the paper's GPT-2 samples at temperature 1).
+    "sampling.temperature": 0.7, "sampling.top_p": 0.9,
+    "model.max_prompt_length": 256, "model.max_critic_length": 256,  # observations keep their end
+    "eval_freq": 5, "save_freq": 10,
+}
+# What every file's "micro" preset sets on top of its "tiny": seconds of work, for tests.
+MICRO = {
+    "iterations": 2, "batch_size": 8, "critic_steps": 2, "actor_steps": 1, "bc_steps": 2, "warmup_iter": 1,
+    "eval_freq": 1, "save_freq": 1,
+}
+
+
+def with_preset(c: ml_collections.ConfigDict, preset: str, config_file: str, *, tiny: dict | None = None,
+                micro: dict | None = None) -> ml_collections.ConfigDict:
+    """``c`` (a config file's official setting) under ``preset``: "" leaves it as it is; "tiny" sets
+    :data:`TINY`, then the file's own ``tiny`` keys (dotted names); "micro" sets those, then
+    :data:`MICRO` and the file's ``micro`` keys. An unknown preset is a ValueError naming the file."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r} for {config_file}; known: '' (official), 'tiny', 'micro'")
+    steps = {"": (), "tiny": (TINY, tiny), "micro": (TINY, tiny, MICRO, micro)}[preset]
+    for values in steps:
+        c.update_from_flattened_dict(values or {})
+    return c
+
+
 def _flatten(c: ml_collections.ConfigDict, prefix: str = "") -> dict:
     """``{"group.key": value}`` for every key (the free-form groups of :data:`FREE_FORM` as one)."""
     out = {}

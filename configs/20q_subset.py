@@ -18,9 +18,8 @@ from pathlib import Path
 
 import ml_collections
 
-from archer_jax.config import base_config
+from archer_jax.config import PRESETS, base_config
 
-PRESETS = ("", "tiny", "micro")
 
 
 def _twenty_questions_preset(preset: str) -> ml_collections.ConfigDict:

@@ -15,58 +15,22 @@ from __future__ import annotations
 
 import ml_collections
 
-from archer_jax.config import base_config
+from archer_jax.config import PRESETS, base_config, with_preset
 
-PRESETS = ("", "tiny", "micro")
+__all__ = ["PRESETS", "get_config"]
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """The config for ``preset``: "" (the official setting), "tiny" or "micro"."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r} for configs/city.py; known: '' (official), 'tiny', 'micro'")
     c = base_config()
     c.env.name = "guess_my_city"
     c.learner.actor_lr = 1e-5
     c.warmup_iter = 10
-    if preset in ("tiny", "micro"):
-        c.model.policy = "tiny:gpt2"  # built offline by archer_jax.models.build_tiny
-        c.model.critic = "tiny:roberta"
-        c.iterations = 30
-        c.rollout_size = 32
-        c.eval_size = 32
-        c.capacity = 10_000
-        c.batch_size = 32
-        c.grad_accum_steps = 1
-        c.critic_steps = 10
-        c.bc_steps = 10
-        c.actor_steps = 3
-        c.warmup_iter = 5
-        c.learner.critic_lr = 1e-4
-        c.sampling.temperature = 0.7  # a 64-wide policy samples junk tokens at temperature 1
-        c.sampling.top_p = 0.9
-        c.env.max_turns = 15  # the optimal city expert needs at most 10 turns
-        c.model.max_prompt_length = 256
-        c.model.max_critic_length = 256
-        c.sft.steps = 300
-        c.sft.lr = 1e-3
-        c.sft.batch_size = 32
-        c.sft.dialogues = 256
-        c.sft.experts = "optimal,random_order"
-        c.eval_freq = 5
-        c.save_freq = 10
-    if preset == "micro":
-        c.iterations = 2
-        c.rollout_size = 4
-        c.eval_size = 4
-        c.batch_size = 8
-        c.critic_steps = 2
-        c.bc_steps = 2
-        c.actor_steps = 1
-        c.warmup_iter = 1
-        c.env.max_turns = 4
-        c.sft.steps = 4
-        c.sft.batch_size = 8
-        c.sft.dialogues = 4
-        c.eval_freq = 1
-        c.save_freq = 1
-    return c
+    return with_preset(c, preset, "configs/city.py", tiny={
+        "iterations": 30, "rollout_size": 32, "eval_size": 32,
+        "env.max_turns": 15,  # the optimal city expert needs at most 10 turns
+        "sft.steps": 300, "sft.lr": 1e-3, "sft.batch_size": 32, "sft.dialogues": 256,
+        "sft.experts": "optimal,random_order",
+    }, micro={
+        "rollout_size": 4, "eval_size": 4, "env.max_turns": 4, "sft.steps": 4, "sft.batch_size": 8, "sft.dialogues": 4,
+    })

@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import ml_collections
 
-from archer_jax.config import base_config
+from archer_jax.config import PRESETS, base_config, with_preset
 
-PRESETS = ("", "tiny", "micro")
+__all__ = ["PRESETS", "get_config"]
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """The config for ``preset``: "" (the official setting), "tiny" or "micro"."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r} for configs/detective.py; known: '' (official), 'tiny', 'micro'")
     c = base_config()
     c.env.name = "detective"
     c.env.options = ml_collections.ConfigDict(dict(game_path="", list_valid_actions=True))
@@ -40,44 +38,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     c.warmup_iter = 10
     c.rollout_size = 32
     c.sft.data = "walkthrough"
-    if preset in ("tiny", "micro"):
-        c.model.policy = "tiny:gpt2"  # built offline by archer_jax.models.build_tiny
-        c.model.critic = "tiny:roberta"
-        c.iterations = 20
-        c.rollout_size = 8
-        c.eval_size = 2  # one game: greedy evaluations replay it
-        c.capacity = 10_000
-        c.batch_size = 32
-        c.grad_accum_steps = 1
-        c.critic_steps = 10
-        c.actor_steps = 3
-        c.bc_steps = 10
-        c.warmup_iter = 5
-        c.learner.critic_lr = 1e-4
-        c.sampling.temperature = 0.7  # a 64-wide policy samples junk tokens at temperature 1
-        c.sampling.top_p = 0.9
-        c.env.workers = 2
-        c.env.max_turns = 20
-        c.model.max_prompt_length = 256  # observations keep their end (the latest text)
-        c.model.max_critic_length = 256
-        c.sft.steps = 100
-        c.sft.lr = 1e-3
-        c.sft.batch_size = 16
-        c.eval_freq = 5
-        c.save_freq = 10
-    if preset == "micro":
-        c.iterations = 2
-        c.rollout_size = 2
-        c.eval_size = 1
-        c.batch_size = 8
-        c.critic_steps = 2
-        c.actor_steps = 1
-        c.bc_steps = 2
-        c.warmup_iter = 1
-        c.env.workers = 0
-        c.env.max_turns = 4
-        c.sft.steps = 4
-        c.sft.batch_size = 8
-        c.eval_freq = 1
-        c.save_freq = 1
-    return c
+    return with_preset(c, preset, "configs/detective.py", tiny={
+        "iterations": 20, "rollout_size": 8,
+        "eval_size": 2,  # one game: greedy evaluations replay it
+        "env.workers": 2, "env.max_turns": 20, "sft.steps": 100, "sft.lr": 1e-3, "sft.batch_size": 16,
+    }, micro={
+        "rollout_size": 2, "eval_size": 1, "env.workers": 0, "env.max_turns": 4, "sft.steps": 4, "sft.batch_size": 8,
+    })

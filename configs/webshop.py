@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import ml_collections
 
-from archer_jax.config import base_config
+from archer_jax.config import PRESETS, base_config, with_preset
 
-PRESETS = ("", "tiny", "micro")
+__all__ = ["PRESETS", "get_config"]
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """The config for ``preset``: "" (the official setting), "tiny" or "micro"."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r} for configs/webshop.py; known: '' (official), 'tiny', 'micro'")
     c = base_config()
     c.env.name = "webshop"
     # Goals (archer_jax.envs.webshop_goals): rollouts play WebShop's training split, evaluations
@@ -37,38 +35,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     c.env.max_turns = 10
     c.rollout_size = 512
     c.learner.actor_lr = 1e-5
-    if preset in ("tiny", "micro"):
-        c.model.policy = "tiny:gpt2"  # built offline by archer_jax.models.build_tiny
-        c.model.critic = "tiny:roberta"
-        c.iterations = 20
-        c.rollout_size = 16
-        c.eval_size = 16
-        c.capacity = 10_000
-        c.batch_size = 32
-        c.grad_accum_steps = 1
-        c.critic_steps = 10
-        c.actor_steps = 3
-        c.bc_steps = 10
-        c.warmup_iter = 5
-        c.learner.critic_lr = 1e-4
-        c.sampling.temperature = 0.7  # a 64-wide policy samples junk tokens at temperature 1
-        c.sampling.top_p = 0.9
-        c.env.workers = 2
-        c.model.max_prompt_length = 256  # pages keep their end
-        c.model.max_critic_length = 256
-        c.eval_freq = 5
-        c.save_freq = 10
-    if preset == "micro":
-        c.iterations = 2
-        c.rollout_size = 2
-        c.eval_size = 2
-        c.batch_size = 8
-        c.critic_steps = 2
-        c.actor_steps = 1
-        c.bc_steps = 2
-        c.warmup_iter = 1
-        c.env.workers = 0
-        c.env.max_turns = 3
-        c.eval_freq = 1
-        c.save_freq = 1
-    return c
+    return with_preset(c, preset, "configs/webshop.py", tiny={
+        "iterations": 20, "rollout_size": 16, "eval_size": 16, "env.workers": 2,
+    }, micro={
+        "rollout_size": 2, "eval_size": 2, "env.workers": 0, "env.max_turns": 3,
+    })
