@@ -21,7 +21,6 @@ log = logging.getLogger("archer_jax")
 
 SUMMARY = "summary.json"
 CURVE = "learning_curve.png"
-HISTORY = "history.jsonl"
 
 
 class WandbWriter:

@@ -95,14 +95,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, *
                 _record_iteration(run, loop, writers, progress, iteration, episodes, replay, evaluation, seconds, t0)
                 stopping = interrupts.stop_requested()
                 if iteration % c.save_freq == 0 or iteration == c.iterations or stopping:
-                    loop.wall_time_s = time.time() - session_start
-                    _save_if_finite(checkpoints, iteration, states, replay, loop)
+                    _save_if_finite(checkpoints, states, replay, loop, session_start)
                 if stopping:
                     break
             if interrupts.stop_requested():  # SIGINT/SIGTERM: the last whole iteration is saved
-                if checkpoints.latest() != loop.iteration and loop.last_finite_iteration() == loop.iteration:
-                    loop.wall_time_s = time.time() - session_start
-                    _save(checkpoints, loop.iteration, states, replay, loop)
+                if checkpoints.latest() != loop.iteration:  # a rollout was cut short: the one before
+                    _save_if_finite(checkpoints, states, replay, loop, session_start)
                 stop = RunInterrupted(interrupts.requested, _interrupted(interrupts.requested, loop, checkpoints))
         except Interrupted as e:  # a second signal, or a first one before checkpoint 0: stop at once
             stop = RunInterrupted(e.signal_name, _interrupted(e.signal_name, loop, checkpoints, at_once=True))
@@ -221,9 +219,10 @@ def _record_iteration(run: Components, loop: LoopState, writers: report.Writers,
     log.info("%s", report.console_line(iteration, c.iterations, metrics, eta_s=progress.eta_s()))
 
 
-def _save_if_finite(checkpoints: Checkpoints, step: int, states: States, replay, loop: LoopState) -> None:
-    """Checkpoint ``step``, unless one of its learner steps was non-finite: parameters near a
-    divergence are never saved, so the newest checkpoint is always one to resume from."""
+def _save_if_finite(checkpoints: Checkpoints, states: States, replay, loop: LoopState, session_start: float) -> None:
+    """Checkpoint the loop's iteration, unless one of its learner steps was non-finite: parameters
+    near a divergence are never saved, so the newest checkpoint is always one to resume from."""
+    step, loop.wall_time_s = loop.iteration, time.time() - session_start
     if loop.last_finite_iteration() != step:
         log.warning("iteration %d had non-finite learner steps: no checkpoint (the newest is %s)", step,
                     checkpoints.latest())

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from archer_jax.envs.pool import EnvFactory
+from archer_jax.envs.webshop_goals import EVAL_GOALS, TRAIN_GOALS, GoalRanges, goal_range
 from archer_jax.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,6 @@ def _check_detective(config) -> None:
 
 def _webshop(config) -> EnvFactory:
     from archer_jax.envs.webshop import DEFAULT_URL, WebShop
-    from archer_jax.envs.webshop_goals import EVAL_GOALS, TRAIN_GOALS
 
     options = config.env.options
     return functools.partial(
@@ -100,8 +100,6 @@ def _webshop(config) -> EnvFactory:
 def _check_webshop(config) -> None:
     """The goal ranges are pairs 0 <= start < end, and the evaluation range holds eval_size goals
     (see archer_jax.envs.webshop_goals); overlapping ranges are allowed, with a warning."""
-    from archer_jax.envs.webshop_goals import EVAL_GOALS, TRAIN_GOALS, GoalRanges, goal_range
-
     options = config.env.options
     ranges = {}
     for name, default in (("train_goals", TRAIN_GOALS), ("eval_goals", EVAL_GOALS)):
@@ -147,7 +145,7 @@ ENVS: dict[str, EnvSpec] = {
     "detective": EnvSpec(_detective, options=dict(game_path="", list_valid_actions=True), check=_check_detective),
     "webshop": EnvSpec(
         _webshop,
-        options=dict(base_url="", timeout_s=10.0, train_goals=(1500, 12087), eval_goals=(500, 1500)),
+        options=dict(base_url="", timeout_s=10.0, train_goals=TRAIN_GOALS, eval_goals=EVAL_GOALS),
         check=_check_webshop,
     ),
 }

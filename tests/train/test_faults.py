@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import pytest
 
-from archer_jax import train
+from archer_jax import history, train
 from archer_jax.checkpoint import Checkpoints
 from archer_jax.components import Components
 from archer_jax.errors import ConfigError, RunInterrupted, TrainingError
@@ -176,10 +176,6 @@ def _signal_during(monkeypatch, phase: str, iteration: int, signals: tuple[int, 
         monkeypatch.setitem(agents.AGENTS, "archer", dataclasses.replace(archer, learn=hooked))
 
 
-def _history(workdir: Path) -> list[dict]:
-    return [json.loads(line) for line in (workdir / "history.jsonl").read_text().splitlines()]
-
-
 def test_a_signal_during_a_rollout_abandons_it_saves_the_last_iteration_and_reports(monkeypatch, tmp_path):
     sig = signal.SIGINT  # SIGTERM: the next test, and the command line's in test_train_app.py
     handler = signal.getsignal(sig)
@@ -190,7 +186,7 @@ def test_a_signal_during_a_rollout_abandons_it_saves_the_last_iteration_and_repo
     name = signal.Signals(sig).name
     assert str(stopped.value) == f"{name}: stopped after iteration 2; the same command resumes from checkpoint 2"
     assert _complete_steps(tmp_path) == {0, 2}  # save_freq 4: checkpoint 2 was written for the stop
-    assert [row["iteration"] for row in _history(tmp_path)] == [1, 2]
+    assert [row["iteration"] for row in history.read(tmp_path)] == [1, 2]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["iterations"] == 2 and summary["stopped"] == str(stopped.value)
     assert (tmp_path / "learning_curve.png").is_file()
@@ -206,7 +202,7 @@ def test_a_signal_during_learning_lets_the_iteration_finish_and_saves_it(monkeyp
     _, _, _, loop = restored(tmp_path, c)
     assert loop["iteration"] == 2 and len(loop["history"]) == 2
 
-    rows = _history(tmp_path)
+    rows = history.read(tmp_path)
     assert [row["iteration"] for row in rows] == [1, 2]  # appended as the run went
 
     # A run killed after its last checkpoint may have appended more lines: a resume drops them.
@@ -215,7 +211,7 @@ def test_a_signal_during_learning_lets_the_iteration_finish_and_saves_it(monkeyp
     monkeypatch.undo()
     summary = train_and_evaluate(micro(iterations=3, save_freq=4, eval_freq=4), tmp_path)  # the same command
     assert summary["resumed_at_iteration"] == 2 and summary["stopped"] is None
-    again = _history(tmp_path)
+    again = history.read(tmp_path)
     assert [row["iteration"] for row in again] == [1, 2, 3] and "bogus" not in again[2]
     assert again[:2] == rows
 
@@ -225,7 +221,7 @@ def test_a_second_signal_stops_at_once_and_keeps_the_checkpoint_before(monkeypat
     with pytest.raises(RunInterrupted, match=r"^SIGINT: stopped at once at iteration 2; checkpoint 1 is intact"):
         train_and_evaluate(micro(iterations=5, save_freq=1, eval_freq=4), tmp_path)
     assert _complete_steps(tmp_path) == {0, 1}
-    assert [row["iteration"] for row in _history(tmp_path)] == [1]
+    assert [row["iteration"] for row in history.read(tmp_path)] == [1]
     assert json.loads((tmp_path / "summary.json").read_text())["iterations"] == 1
 
 
