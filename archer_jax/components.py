@@ -27,7 +27,7 @@ from archer_jax.learners.critic import DoubleCritic
 from archer_jax.learners.learner import Learner, LearnerConfig
 from archer_jax.learners.micro_batching import auto_limit
 from archer_jax.learners.train_state import States
-from archer_jax.models import load_gpt2, load_roberta, load_tokenizer
+from archer_jax.models import load_causal_lm, load_roberta, load_tokenizer
 from archer_jax.models.tiny import model_directory
 from archer_jax.precision import compute_dtype
 from archer_jax.replay import ReplayBuffer
@@ -47,10 +47,10 @@ class Components:
         dtype = compute_dtype(c.model.dtype, self.mesh.devices.flat[0].platform)
         precision = c.model.matmul_precision
 
-        policy_dir = model_directory(c.model.policy, "gpt2", self.workdir)
+        policy_dir = model_directory(c.model.policy, self.workdir)
         policy_tokenizer = load_tokenizer(policy_dir)
-        policy = load_gpt2(policy_dir, dtype=dtype, remat=c.model.remat)
-        room = policy.config.n_positions - c.sampling.max_new_tokens
+        policy = load_causal_lm(policy_dir, dtype=dtype, remat=c.model.remat)
+        room = policy.config.max_positions - c.sampling.max_new_tokens
         sampler = Sampler(policy, policy_tokenizer, mesh=self.local_mesh, max_prompt_length=min(c.model.max_prompt_length, room),
                           matmul_precision=precision)
         self.actor_module = Actor(
@@ -58,7 +58,7 @@ class Components:
         )
         critic, critic_tokenizer, max_critic_length = None, None, c.model.max_critic_length
         if self.agent.needs_critic:
-            critic_dir = model_directory(c.model.critic, "roberta", self.workdir)
+            critic_dir = model_directory(c.model.critic, self.workdir)
             critic_tokenizer = load_tokenizer(critic_dir)
             encoder = load_roberta(critic_dir, dtype=dtype, remat=c.model.remat, seed=c.seed)
             critic = DoubleCritic(encoder, embedding=c.model.critic_embedding, rngs=nnx.Rngs(c.seed))
@@ -85,8 +85,8 @@ class Components:
         encoder = self._encoder_config
         return memory_plan.largest_activation(
             rows=self.batch, mesh=self.mesh, policy_length=self.pipeline.max_prompt_length + c.sampling.max_new_tokens,
-            action_length=c.sampling.max_new_tokens, vocab=policy.vocab_size, policy_width=policy.n_embd,
-            policy_heads=policy.n_head, critic_length=self.pipeline.max_critic_length if encoder else 0,
+            action_length=c.sampling.max_new_tokens, vocab=policy.vocab_size, policy_width=policy.hidden_size,
+            policy_heads=policy.num_heads, policy_mlp=getattr(policy, "intermediate_size", 4 * policy.hidden_size), critic_length=self.pipeline.max_critic_length if encoder else 0,
             critic_width=encoder.hidden_size if encoder else 0, critic_heads=encoder.num_attention_heads if encoder else 0,
             compute_bytes=self._compute_bytes,
         )

@@ -42,7 +42,7 @@ from archer_jax.learners.critic import EMBEDDINGS
 from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
 from archer_jax.models import hub
 from archer_jax.models.layers import REMAT_POLICIES
-from archer_jax.models.tiny import TINY_PREFIX
+from archer_jax.models.tiny import CAUSAL_KINDS, TINY_PREFIX
 from archer_jax.precision import DTYPES, MATMUL_PRECISIONS
 
 FREE_FORM = ("env.options",)  # keyword arguments for the env: checked by the env's registry entry
@@ -96,7 +96,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.compilation_cache = "~/.cache/archer_jax/xla"
 
     c.model = ml_collections.ConfigDict(dict(
-        policy="gpt2",  # hub name, HF-format directory, or tiny:gpt2
+        policy="gpt2",  # hub name, HF-format directory, or tiny:gpt2 / tiny:llama
         critic="roberta-base",  # hub name, HF-format directory, or tiny:roberta
         critic_embedding="pooler",  # pooler | first_token
         dtype="auto",  # compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32 | bfloat16
@@ -167,7 +167,8 @@ KEY_DOCS: dict[str, str] = {
     "use_wandb": "also log metrics to Weights & Biases",
     "wandb_project": "the Weights & Biases project (with use_wandb)",
     "compilation_cache": "JAX's persistent compilation cache directory (\"\" = off; JAX_COMPILATION_CACHE_DIR wins)",
-    "model.policy": "the policy: a hub name, an HF-format directory, or tiny:gpt2 (built offline)",
+    "model.policy": "the policy: a causal LM (GPT-2, Llama, Mistral, Qwen2) as a hub name, an HF-format directory, "
+                    "or tiny:gpt2 / tiny:llama (built offline)",
     "model.critic": "the critic's encoder: a hub name, an HF-format directory, or tiny:roberta (built offline)",
     "model.critic_embedding": "the critic's text embedding: pooler | first_token",
     "model.dtype": "compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32 | bfloat16",
@@ -295,15 +296,16 @@ def renamed(key: str) -> str | None:
     return None
 
 
-def _check_model(key: str, name: str, kind: str) -> None:
-    """A tiny model of the right kind, an existing HF-format directory, or (offline) a cached hub name.
+def _check_model(key: str, name: str, kinds: tuple[str, ...]) -> None:
+    """A tiny model of a kind in ``kinds``, an existing HF-format directory, or (offline) a cached hub name.
 
     A name that exists on disk is a local directory, whatever it looks like (``models/mygpt2``);
     only a name that is not on disk is looked up on the hub.
     """
     if name.startswith(TINY_PREFIX):
-        if name != TINY_PREFIX + kind:
-            raise ConfigError(f"config.{key}: {name!r} is not a tiny model for this role; use {TINY_PREFIX + kind!r}")
+        if name[len(TINY_PREFIX):] not in kinds:
+            allowed = " or ".join(repr(TINY_PREFIX + kind) for kind in kinds)
+            raise ConfigError(f"config.{key}: {name!r} is not a tiny model for this role; use {allowed}")
         return
     path = Path(name).expanduser()
     if path.exists():
@@ -392,9 +394,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     for axis in ("data", "fsdp", "tensor"):
         if c.mesh[axis] == 0 or c.mesh[axis] < -1:
             raise ConfigError(f"config.mesh.{axis}: must be -1 (all remaining devices) or >= 1, got {c.mesh[axis]}")
-    _check_model("model.policy", c.model.policy, "gpt2")
+    _check_model("model.policy", c.model.policy, CAUSAL_KINDS)
     if agents.get(c.agent).needs_critic:
-        _check_model("model.critic", c.model.critic, "roberta")
+        _check_model("model.critic", c.model.critic, ("roberta",))
     if c.sft.steps:
         data = c.sft.data
         if data not in ("experts", "walkthrough") and not Path(data).expanduser().is_file():

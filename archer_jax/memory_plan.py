@@ -43,20 +43,21 @@ class Activation:
 
 def largest_activation(
     *, rows: int, mesh: Mesh, policy_length: int, action_length: int, vocab: int, policy_width: int,
-    policy_heads: int, critic_length: int = 0, critic_width: int = 0, critic_heads: int = 0, compute_bytes: int = 4,
+    policy_heads: int, policy_mlp: int | None = None, critic_length: int = 0, critic_width: int = 0, critic_heads: int = 0, compute_bytes: int = 4,
 ) -> Activation:
     """The largest of the activations a critic or actor step makes with ``rows`` transitions (the
     step batch), on one device of ``mesh`` (rows split over ``data × fsdp``, heads, vocabulary and
     MLP columns over ``tensor``)."""
     per_device = max(1, rows // (mesh.shape["data"] * mesh.shape["fsdp"]))
     tensor = mesh.shape["tensor"]
+    policy_mlp = 4 * policy_width if policy_mlp is None else policy_mlp
     candidates = [
         Activation(f"policy logits ({per_device} rows x {action_length} action tokens x {vocab} vocabulary, float32)",
                    per_device * action_length * -(-vocab // tensor) * 4),
         Activation(f"policy attention scores ({per_device} rows x {policy_heads} heads x {policy_length}^2)",
                    per_device * -(-policy_heads // tensor) * policy_length**2 * compute_bytes),
-        Activation(f"policy MLP ({per_device} rows x {policy_length} tokens x {4 * policy_width})",
-                   per_device * policy_length * -(-4 * policy_width // tensor) * compute_bytes),
+        Activation(f"policy MLP ({per_device} rows x {policy_length} tokens x {policy_mlp})",
+                   per_device * policy_length * -(-policy_mlp // tensor) * compute_bytes),
     ]
     if critic_width:
         candidates += [

@@ -22,8 +22,8 @@ from archer_jax.config import validate
 from archer_jax.envs import registry as envs
 from archer_jax.errors import ConfigError
 from archer_jax.models import hub
-from archer_jax.models.gpt2.model import GPT2Config
-from archer_jax.models.tiny import TINY_PREFIX, tiny_config
+from archer_jax.models.pretrained import ARCHITECTURES, CAUSAL_LM_TYPES
+from archer_jax.models.tiny import tiny_config, tiny_kind
 
 SFT_SOURCES = ("experts", "walkthrough")
 
@@ -101,10 +101,11 @@ def check_sft_data(config: ml_collections.ConfigDict) -> None:
         sft.read_jsonl(data)
 
 
-def _model_config(name: str, kind: str) -> tuple[str, dict] | None:
+def _model_config(name: str) -> tuple[str, dict] | None:
     """(``model_type``, the parsed ``config.json``) of a model name, without loading it; None
     when it cannot be had here (the loader then reports why)."""
-    if name.startswith(TINY_PREFIX):
+    kind = tiny_kind(name)
+    if kind is not None:
         return kind, tiny_config(kind, vocab_size=1).to_hf_dict()
     found = hub.peek_config(name)
     if found is None:
@@ -113,25 +114,29 @@ def _model_config(name: str, kind: str) -> tuple[str, dict] | None:
 
 
 def check_models(config: ml_collections.ConfigDict) -> None:
-    """The policy's ``config.json`` describes a GPT-2 with room for a prompt next to
-    ``sampling.max_new_tokens``; the critic's (when the agent has one) a RoBERTa."""
-    roles = [("model.policy", config.model.policy, "gpt2")]
+    """The policy's ``config.json`` describes a causal LM (GPT-2 or the Llama family) with room for
+    a prompt next to ``sampling.max_new_tokens``; the critic's (when the agent has one) a RoBERTa."""
+    roles = [("model.policy", config.model.policy, CAUSAL_LM_TYPES)]
     if agents.get(config.agent).needs_critic:
-        roles.append(("model.critic", config.model.critic, "roberta"))
-    for key, name, kind in roles:
+        roles.append(("model.critic", config.model.critic, ("roberta",)))
+    for key, name, kinds in roles:
+        expected = " or ".join(map(repr, kinds))
         try:
-            found = _model_config(name, kind)
+            found = _model_config(name)
         except hub.ModelLoadError as e:
             raise ConfigError(f"config.{key}: {e}") from None
         if found is None:
             continue
         model_type, hf_config = found
         if model_type is None:
-            raise ConfigError(f"config.{key}: {name} has no model_type in its config.json (expected {kind!r})")
-        if model_type != kind:
-            raise ConfigError(f"config.{key}: {name} is a {model_type!r} model, not {kind!r}")
-        if kind == "gpt2":
-            positions = GPT2Config.from_hf_dict(hf_config).n_positions
+            raise ConfigError(f"config.{key}: {name} has no model_type in its config.json (expected {expected})")
+        if model_type not in kinds:
+            raise ConfigError(f"config.{key}: {name} is a {model_type!r} model, not {expected}")
+        if model_type in CAUSAL_LM_TYPES:
+            try:
+                positions = ARCHITECTURES[model_type].config_cls.from_hf_dict(hf_config).max_positions
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"config.{key}: {name}'s config.json: {e}") from None
             new_tokens = config.sampling.max_new_tokens
             if new_tokens >= positions:
                 raise ConfigError(

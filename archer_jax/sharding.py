@@ -1,7 +1,7 @@
 """Device meshes and the mapping from logical axis names to mesh axes.
 
-Parameters carry logical axis names (``vocab``, ``embed``, ``heads``, ``kv``, ``mlp``,
-``positions``; see :mod:`archer_jax.models.layers`). A rule table maps each logical name to
+Parameters carry logical axis names (``vocab``, ``embed``, ``heads``, ``kv_heads``, ``kv``,
+``mlp``, ``positions``; see :mod:`archer_jax.models.layers`). A rule table maps each logical name to
 mesh axes, so one model definition runs unsharded on one device, data-parallel, FSDP, or
 tensor-parallel on a pod slice:
 
@@ -35,6 +35,7 @@ DEFAULT_RULES: Rules = (
     ("vocab", "tensor"),
     ("embed", "fsdp"),
     ("heads", "tensor"),
+    ("kv_heads", "tensor"),
     ("mlp", "tensor"),
     ("kv", None),
     ("positions", None),

@@ -1,4 +1,4 @@
-"""The actor: the GPT-2 policy, optionally with a per-token value head (the token-level baseline).
+"""The actor: the policy (any causal LM: GPT-2, the Llama family), optionally with a per-token value head (the token-level baseline).
 
 Log-probs of an action are computed on the correctly packed sequence ``observation + action``:
 the observation left-padded, the action right-padded, so the real tokens are contiguous and the
@@ -13,7 +13,6 @@ import jax.numpy as jnp
 from flax import nnx
 
 from archer_jax.models.tokenizer import Tokens
-from archer_jax.models.gpt2.model import GPT2LMHeadModel
 from archer_jax.models.layers import DType, annotated
 
 Array = jax.Array
@@ -27,7 +26,7 @@ def pack(observation: Tokens, action: Tokens) -> Tokens:
     )
 
 
-def action_logprobs(policy: GPT2LMHeadModel, observation: Tokens, action: Tokens) -> tuple[Array, Array]:
+def action_logprobs(policy: nnx.Module, observation: Tokens, action: Tokens) -> tuple[Array, Array]:
     """Per-token ``log π(a_t | s, a_<t)`` (``[batch, action_len]``, 0 at padding) and the final
     hidden states that predicted each action token (``[batch, action_len, embed]``)."""
     obs_len, act_len = observation.ids.shape[1], action.ids.shape[1]
@@ -61,10 +60,10 @@ class TokenBaseline(nnx.Module):
 class Actor(nnx.Module):
     """What the actor step trains: ``policy`` and, for the token-level baseline, ``baseline``."""
 
-    def __init__(self, policy: GPT2LMHeadModel, *, token_baseline: bool = False, rngs: nnx.Rngs | None = None):
+    def __init__(self, policy: nnx.Module, *, token_baseline: bool = False, rngs: nnx.Rngs | None = None):
         self.policy = policy
         self.baseline = (
-            TokenBaseline(policy.config.n_embd, rngs=rngs if rngs is not None else nnx.Rngs(0))
+            TokenBaseline(policy.config.hidden_size, rngs=rngs if rngs is not None else nnx.Rngs(0))
             if token_baseline
             else None
         )

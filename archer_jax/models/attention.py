@@ -1,8 +1,10 @@
-"""Multi-head attention shared by GPT-2 (causal, KV cache) and RoBERTa (bidirectional)."""
+"""Multi-head attention shared by every model family: GPT-2 and the Llama family (causal, KV cache,
+GQA, rotary positions) and RoBERTa (bidirectional)."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -140,8 +142,32 @@ def dot_product_attention(
     return _blocked_attention(q, k, v, mask, scale, rows)
 
 
+def grouped_attention(q: Array, k: Array, v: Array, mask: Array, scale: float) -> Array:
+    """:func:`dot_product_attention` with fewer key/value heads than query heads (GQA/MQA).
+
+    ``q`` is ``[batch, heads, q_len, d]``, ``k``/``v`` ``[batch, kv_heads, kv_len, d]``. Each
+    key/value head serves ``heads // kv_heads`` consecutive query heads, as in Hugging Face. The
+    query heads of a group are folded into the query axis, so the keys and values are read in
+    place, never repeated (a decode step with a 7B model's cache would otherwise copy it 4x).
+    """
+    batch, heads, q_len, d = q.shape
+    kv_heads = k.shape[1]
+    if heads == kv_heads:
+        return dot_product_attention(q, k, v, mask, scale)
+    group = heads // kv_heads
+    q = q.reshape(batch, kv_heads, group * q_len, d)
+    mask = jnp.tile(mask, (1, 1, group, 1))  # [.., q_len, kv] -> [.., group * q_len, kv], group-major
+    out = dot_product_attention(q, k, v, mask, scale)
+    return out.reshape(batch, heads, q_len, d)
+
+
 class MultiHeadAttention(nnx.Module):
-    """Separate query/key/value/output projections over ``(heads, head_dim)``."""
+    """Separate query/key/value/output projections over ``(heads, head_dim)``.
+
+    Shared by every model family: GPT-2 and RoBERTa (biases everywhere), and the Llama family
+    (no biases, or query/key/value biases in Qwen2; fewer key/value heads with GQA; rotary
+    positions applied to the queries and keys by the caller's ``rotary``).
+    """
 
     def __init__(
         self,
@@ -152,17 +178,25 @@ class MultiHeadAttention(nnx.Module):
         dtype: DType,
         param_dtype: DType,
         rngs: nnx.Rngs,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
+        out_bias: bool = True,
     ):
-        if embed_dim % num_heads:
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if head_dim is None and embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
         self.num_heads = num_heads
-        self.head_dim = embed_dim // num_heads
-        heads = (num_heads, self.head_dim)
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = embed_dim // num_heads if head_dim is None else head_dim
+        heads, kv_heads = (num_heads, self.head_dim), (num_kv_heads, self.head_dim)
         kw = dict(init_std=init_std, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.query = dense(embed_dim, heads, ("embed",), ("heads", "kv"), **kw)
-        self.key = dense(embed_dim, heads, ("embed",), ("heads", "kv"), **kw)
-        self.value = dense(embed_dim, heads, ("embed",), ("heads", "kv"), **kw)
-        self.out = dense(heads, embed_dim, ("heads", "kv"), ("embed",), **kw)
+        self.query = dense(embed_dim, heads, ("embed",), ("heads", "kv"), use_bias=qkv_bias, **kw)
+        self.key = dense(embed_dim, kv_heads, ("embed",), ("kv_heads", "kv"), use_bias=qkv_bias, **kw)
+        self.value = dense(embed_dim, kv_heads, ("embed",), ("kv_heads", "kv"), use_bias=qkv_bias, **kw)
+        self.out = dense(heads, embed_dim, ("heads", "kv"), ("embed",), use_bias=out_bias, **kw)
 
     def __call__(
         self,
@@ -172,17 +206,23 @@ class MultiHeadAttention(nnx.Module):
         scale: float,
         cache: KVCache | None = None,
         cache_index: Array | int = 0,
+        rotary: Callable[[Array], Array] | None = None,
     ) -> tuple[Array, KVCache | None]:
         """Attends from ``x`` (``[batch, len, embed]``) to itself, or to the cache.
 
         With ``cache``, this call's keys/values are written into slots
         ``[cache_index, cache_index + len)`` and the queries attend over all slots; ``mask`` then
-        has the cache's slot count as its last dimension. Returns the output and the new cache.
+        has the cache's slot count as its last dimension. ``rotary`` (e.g. RoPE at each token's
+        position) is applied to the queries and keys (``[batch, len, heads, head_dim]``) before
+        the keys are cached. Returns the output and the new cache.
         """
-        q, k, v = (jnp.swapaxes(p(x), 1, 2) for p in (self.query, self.key, self.value))  # [b, h, len, d]
+        q, k, v = self.query(x), self.key(x), self.value(x)  # [b, len, h, d]
+        if rotary is not None:
+            q, k = rotary(q), rotary(k)
+        q, k, v = (jnp.swapaxes(t, 1, 2) for t in (q, k, v))  # [b, h, len, d]
         if cache is not None:
             k = jax.lax.dynamic_update_slice_in_dim(cache.key, k.astype(cache.key.dtype), cache_index, 2)
             v = jax.lax.dynamic_update_slice_in_dim(cache.value, v.astype(cache.value.dtype), cache_index, 2)
             cache = KVCache(k, v)
             k, v = k.astype(q.dtype), v.astype(q.dtype)
-        return self.out(jnp.swapaxes(dot_product_attention(q, k, v, mask, scale), 1, 2)), cache
+        return self.out(jnp.swapaxes(grouped_attention(q, k, v, mask, scale), 1, 2)), cache

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -151,26 +152,65 @@ def _weight_files(directory: Path) -> list[Path]:
     return []
 
 
+class WeightReader(Mapping[str, np.ndarray]):
+    """The tensors of a model directory by name, read one at a time when asked for.
+
+    Safetensors files are opened lazily (memory-mapped), so converting a checkpoint tensor by
+    tensor never holds the whole model in host memory: with sharded safetensors a 7B model
+    costs one tensor at a time. ``pytorch_model*.bin`` files can only be read whole (per file).
+    """
+
+    def __init__(self, directory: Path):
+        files = _weight_files(directory)
+        if not files:
+            raise ModelLoadError(
+                f"{directory} has no weights: expected {SAFETENSORS}, {SAFETENSORS_INDEX}, {TORCH_BIN} or {TORCH_BIN_INDEX}"
+            )
+        self._where: dict[str, Path] = {}
+        self._eager: dict[str, np.ndarray] = {}
+        for file in files:
+            if not file.is_file():
+                raise ModelLoadError(f"weight file {file} named by the index is missing")
+            if file.suffix == ".safetensors":
+                self._where.update((name, file) for name in _safetensors_names(file))
+            else:
+                self._eager.update(_read_torch_bin(file))
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name in self._eager:
+            return self._eager[name]
+        file = self._where[name]
+        from safetensors import safe_open
+
+        try:
+            with safe_open(file, framework="numpy") as f:
+                return f.get_tensor(name)
+        except Exception as e:
+            raise ModelLoadError(f"cannot read tensor {name} of {file}: {e}") from None
+
+    def __iter__(self):
+        yield from self._where
+        yield from self._eager
+
+    def __len__(self) -> int:
+        return len(self._where) + len(self._eager)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where or name in self._eager
+
+
 def read_weights(directory: Path) -> dict[str, np.ndarray]:
     """All tensors of a model directory as NumPy arrays (bfloat16 via ``ml_dtypes``)."""
-    files = _weight_files(directory)
-    if not files:
-        raise ModelLoadError(
-            f"{directory} has no weights: expected {SAFETENSORS}, {SAFETENSORS_INDEX}, {TORCH_BIN} or {TORCH_BIN_INDEX}"
-        )
-    tensors: dict[str, np.ndarray] = {}
-    for file in files:
-        if not file.is_file():
-            raise ModelLoadError(f"weight file {file} named by the index is missing")
-        tensors.update(_read_safetensors(file) if file.suffix == ".safetensors" else _read_torch_bin(file))
-    return tensors
+    reader = WeightReader(directory)
+    return {name: reader[name] for name in reader}
 
 
-def _read_safetensors(file: Path) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
+def _safetensors_names(file: Path) -> list[str]:
+    from safetensors import safe_open
 
     try:
-        return load_file(file)
+        with safe_open(file, framework="numpy") as f:
+            return list(f.keys())
     except Exception as e:
         raise ModelLoadError(f"cannot read {file}: {e}") from None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -13,15 +14,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh
 
+from archer_jax import sharding as shd
 from archer_jax.models import hub
 from archer_jax.models.config import HFConfig
 from archer_jax.models.gpt2 import model as gpt2_model
 from archer_jax.models.gpt2 import weights as gpt2_weights
+from archer_jax.models.llama import model as llama_model
+from archer_jax.models.llama import weights as llama_weights
 from archer_jax.models.layers import DType
 from archer_jax.models.roberta import model as roberta_model
 from archer_jax.models.roberta import weights as roberta_weights
-from archer_jax.models.weight_rules import MappingError, hf_to_ours, ours_to_hf
+from archer_jax.models.weight_rules import MappingError, check_names, convert, ours_to_hf
 
 log = logging.getLogger(__name__)
 
@@ -38,34 +43,47 @@ class Architecture:
 ARCHITECTURES: dict[str, Architecture] = {
     "gpt2": Architecture(gpt2_model.GPT2Config, gpt2_model.GPT2LMHeadModel, gpt2_weights),
     "roberta": Architecture(roberta_model.RobertaConfig, roberta_model.RobertaModel, roberta_weights),
+    **{
+        name: Architecture(config_cls, llama_model.LlamaForCausalLM, llama_weights)
+        for name, config_cls in llama_model.FAMILY.items()
+    },
 }
+# Causal LMs the policy may be: each one works with the sampler and the learners.
+CAUSAL_LM_TYPES = ("gpt2", *llama_model.FAMILY)
 
 
 def _architecture_of(model: nnx.Module) -> Architecture:
-    for arch in ARCHITECTURES.values():
-        if isinstance(model, arch.module_cls):
-            return arch
-    raise TypeError(f"cannot save a {type(model).__name__}: known models are {sorted(ARCHITECTURES)}")
+    arch = ARCHITECTURES.get(getattr(getattr(model, "config", None), "model_type", None))
+    if arch is None or not isinstance(model, arch.module_cls):
+        raise TypeError(f"cannot save a {type(model).__name__}: known models are {sorted(ARCHITECTURES)}")
+    return arch
 
 
 def load_pretrained(
     name_or_path: str | os.PathLike,
     *,
-    model_type: str | None = None,
+    model_type: str | Sequence[str] | None = None,
     dtype: DType = jnp.float32,
     param_dtype: DType = jnp.float32,
     remat: str = "none",
     seed: int = 0,
+    mesh: Mesh | None = None,
+    rules: shd.Rules = shd.DEFAULT_RULES,
 ) -> nnx.Module:
-    """Loads a model from a hub name (``gpt2``, ``roberta-base``) or an HF-format directory.
+    """Loads a model from a hub name (``gpt2``, ``roberta-base``, ``mistralai/Mistral-7B-v0.1``)
+    or an HF-format directory.
 
     Args:
-      model_type: the expected ``model_type`` of ``config.json`` (``gpt2`` / ``roberta``);
-        a directory of another architecture is an error. None accepts any known one.
+      model_type: the expected ``model_type`` of ``config.json`` (``gpt2`` / ``roberta`` /
+        ``llama`` ...), or several; a directory of another architecture is an error. None
+        accepts any known one.
       dtype: compute dtype (bfloat16 for speed; logits stay float32).
       param_dtype: dtype of the parameters.
       remat: activation checkpointing of the layers in training passes (``none``, ``dots``, ``full``).
       seed: initialises parameters the checkpoint lacks (e.g. roberta-base's pooler).
+      mesh: place each parameter straight into its sharding over ``mesh`` (by its logical axes
+        and ``rules``). Tensors are read and converted one at a time, so no host ever holds the
+        whole model; each device receives only its shard.
 
     Raises:
       ModelLoadError: one line naming the model or path that could not be loaded.
@@ -73,19 +91,24 @@ def load_pretrained(
     directory = hub.resolve(name_or_path)
     config_dict = hub.read_config(directory)
     found = config_dict.get("model_type")
-    if model_type is not None and found != model_type:
+    expected = (model_type,) if isinstance(model_type, str) else model_type
+    if expected is not None and found not in expected:
         raise hub.ModelLoadError(
-            f"{directory / hub.CONFIG} describes a {found!r} model, not {model_type!r}"
+            f"{directory / hub.CONFIG} describes a {found!r} model, not {' or '.join(map(repr, expected))}"
         )
     if found not in ARCHITECTURES:
         raise hub.ModelLoadError(
             f"{directory / hub.CONFIG} has model_type {found!r}; supported: {', '.join(sorted(ARCHITECTURES))}"
         )
     arch = ARCHITECTURES[found]
-    config = arch.config_cls.from_hf_dict(config_dict)
-    tensors = hub.read_weights(directory)
     try:
-        params, absent, unused = hf_to_ours(arch.weights.rules(config), tensors, arch.weights.canonical_name)
+        config = arch.config_cls.from_hf_dict(config_dict)
+    except (TypeError, ValueError) as e:
+        raise hub.ModelLoadError(f"{directory / hub.CONFIG}: {e}") from None
+    tensors = hub.WeightReader(directory)
+    mapping = arch.weights.rules(config)
+    try:
+        names, absent, unused = check_names(mapping, tensors, arch.weights.canonical_name)
     except MappingError as e:
         raise hub.ModelLoadError(f"{directory}: {e}") from None
     unused = [n for n in unused if not any(pattern in n for pattern in arch.weights.IGNORED)]
@@ -101,26 +124,54 @@ def load_pretrained(
     else:
         template = nnx.eval_shape(lambda: build(nnx.Rngs(seed)))
     graphdef, state = nnx.split(template)
-    filled = []
-    for path, variable in nnx.to_flat_state(state):
-        value = params.get(path)
-        if value is None:
-            if not absent:
-                raise hub.ModelLoadError(f"{directory}: no tensor maps to parameter {'/'.join(map(str, path))}")
-            filled.append((path, variable))
+    variables = dict(nnx.to_flat_state(state))
+    shardings = dict(nnx.to_flat_state(shd.state_shardings(state, mesh, rules))) if mesh is not None else {}
+    values: dict[tuple, jax.Array] = {}
+    for rule in mapping:
+        if rule.hf not in names:
             continue
-        if tuple(value.shape) != tuple(variable.shape):
-            raise hub.ModelLoadError(
-                f"{directory}: parameter {'/'.join(map(str, path))} has shape {tuple(variable.shape)} "
-                f"in the model built from {hub.CONFIG}, but the checkpoint gives {tuple(value.shape)}"
-            )
-        filled.append((path, variable.replace(jnp.asarray(value, dtype=param_dtype))))
+        try:
+            converted = convert(rule, tensors[names[rule.hf]])
+        except MappingError as e:
+            raise hub.ModelLoadError(f"{directory}: {e}") from None
+        for path, value in zip(rule.ours, converted, strict=True):
+            variable = variables.get(path)
+            where = "/".join(map(str, path))
+            if variable is None:
+                raise hub.ModelLoadError(f"{directory}: tensor {rule.hf} maps to {where}, which the model lacks")
+            if tuple(value.shape) != tuple(variable.shape):
+                raise hub.ModelLoadError(
+                    f"{directory}: parameter {where} has shape {tuple(variable.shape)} "
+                    f"in the model built from {hub.CONFIG}, but the checkpoint gives {tuple(value.shape)}"
+                )
+            values[path] = _place(value, param_dtype, shardings.get(path))
+    filled = []
+    for path, variable in variables.items():
+        if path in values:
+            filled.append((path, variable.replace(values[path])))
+        elif absent:
+            filled.append((path, variable if path not in shardings else variable.replace(jax.device_put(variable.get_value(), shardings[path]))))
+        else:
+            raise hub.ModelLoadError(f"{directory}: no tensor maps to parameter {'/'.join(map(str, path))}")
     return nnx.merge(graphdef, nnx.from_flat_state(filled))
+
+
+def _place(value: np.ndarray, dtype: DType, sharding: jax.sharding.Sharding | None) -> jax.Array:
+    """``value`` as a ``dtype`` array, on ``sharding`` when given (each device gets its shard only,
+    cast on the host shard by shard), else on the default device."""
+    if sharding is None:
+        return jnp.asarray(value, dtype=dtype)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: np.asarray(value[index], dtype=dtype))
 
 
 def load_gpt2(name_or_path: str | os.PathLike, **kwargs: Any) -> gpt2_model.GPT2LMHeadModel:
     """:func:`load_pretrained` for a GPT-2 causal LM."""
     return load_pretrained(name_or_path, model_type="gpt2", **kwargs)
+
+
+def load_causal_lm(name_or_path: str | os.PathLike, **kwargs: Any) -> nnx.Module:
+    """:func:`load_pretrained` for any causal LM the sampler and learners take (:data:`CAUSAL_LM_TYPES`)."""
+    return load_pretrained(name_or_path, model_type=CAUSAL_LM_TYPES, **kwargs)
 
 
 def load_roberta(name_or_path: str | os.PathLike, **kwargs: Any) -> roberta_model.RobertaModel:
@@ -155,6 +206,7 @@ __all__: list[str] = [
     "ARCHITECTURES",
     "load_pretrained",
     "load_gpt2",
+    "load_causal_lm",
     "load_roberta",
     "save_pretrained",
     "params_as_numpy",

@@ -1,4 +1,4 @@
-"""The tiny preset: small GPT-2 / RoBERTa models with a byte-level BPE tokenizer trained offline.
+"""The tiny preset: small GPT-2 / Llama / RoBERTa models with a byte-level BPE tokenizer trained offline.
 
 Used by the tests and by the embedded default run, so nothing is downloaded. The tokenizer is
 trained with ``tokenizers`` on text generated here (dialogues in the style of the project's
@@ -15,10 +15,18 @@ import tempfile
 from pathlib import Path
 
 from archer_jax.models.gpt2.model import GPT2Config
+from archer_jax.models.llama.model import LlamaConfig
 from archer_jax.models.roberta.model import RobertaConfig
 
-KINDS = ("gpt2", "roberta")
-TINY_PREFIX = "tiny:"  # a config's "tiny:gpt2" / "tiny:roberta": built offline by build_tiny
+KINDS = ("gpt2", "llama", "roberta")
+CAUSAL_KINDS = ("gpt2", "llama")  # tiny policies
+TINY_PREFIX = "tiny:"  # a config's "tiny:gpt2" / "tiny:llama" / "tiny:roberta": built offline by build_tiny
+# The tiny Llama's chat template: Mistral-Instruct's format ("[INST] ... [/INST]"), so that the
+# chat-template path of the prompts (archer_jax.prompts) runs offline as it does for a 7B model.
+TINY_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% else %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}"
+)
 _GPT2_SPECIAL = ["<|endoftext|>"]
 _ROBERTA_SPECIAL = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
@@ -76,7 +84,7 @@ def train_tokenizer(kind: str, directory: str | os.PathLike, vocab_size: int = 1
     """Trains a byte-level BPE tokenizer on :func:`tiny_corpus` and saves it to ``directory``.
 
     ``kind`` ``gpt2`` gives a GPT-2 style tokenizer (``<|endoftext|>`` as BOS/EOS/UNK);
-    ``roberta`` a RoBERTa style one (``<s> <pad> </s> <unk> <mask>`` = ids 0..4, ``<s>``
+    ``llama`` the same with a chat template (:data:`TINY_CHAT_TEMPLATE`); ``roberta`` a RoBERTa style one (``<s> <pad> </s> <unk> <mask>`` = ids 0..4, ``<s>``
     and ``</s>`` around each text). Returns the Hugging Face tokenizer.
     """
     import transformers
@@ -84,7 +92,7 @@ def train_tokenizer(kind: str, directory: str | os.PathLike, vocab_size: int = 1
 
     if kind not in KINDS:
         raise ValueError(f"tokenizer kind must be one of {KINDS}, got {kind!r}")
-    special = _GPT2_SPECIAL if kind == "gpt2" else _ROBERTA_SPECIAL
+    special = _ROBERTA_SPECIAL if kind == "roberta" else _GPT2_SPECIAL
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
@@ -97,18 +105,25 @@ def train_tokenizer(kind: str, directory: str | os.PathLike, vocab_size: int = 1
     bpe.train_from_iterator(tiny_corpus(seed=seed), trainer)
     with tempfile.TemporaryDirectory() as tmp:
         vocab, merges = bpe.model.save(tmp)
-        cls = transformers.GPT2Tokenizer if kind == "gpt2" else transformers.RobertaTokenizer
+        cls = transformers.RobertaTokenizer if kind == "roberta" else transformers.GPT2Tokenizer
         tokenizer = cls(vocab=vocab, merges=merges)
     tokenizer.model_max_length = 512
+    if kind == "llama":
+        tokenizer.chat_template = TINY_CHAT_TEMPLATE
     tokenizer.save_pretrained(directory)
     return tokenizer
 
 
-def tiny_config(kind: str, vocab_size: int) -> GPT2Config | RobertaConfig:
+def tiny_config(kind: str, vocab_size: int) -> GPT2Config | LlamaConfig | RobertaConfig:
     """The tiny model config of ``kind`` for a tokenizer of ``vocab_size`` tokens."""
     if kind == "gpt2":
         return GPT2Config(
             vocab_size=vocab_size, n_positions=512, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0
+        )
+    if kind == "llama":  # Llama-shaped: RMSNorm, RoPE, grouped-query attention (2 key/value heads), SwiGLU
+        return LlamaConfig(
+            vocab_size=vocab_size, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=512, bos_token_id=0, eos_token_id=0,
         )
     if kind == "roberta":
         return RobertaConfig(
@@ -144,9 +159,17 @@ def build_tiny(kind: str, directory: str | os.PathLike, seed: int = 0) -> Path:
     return save_pretrained(model, directory, tokenizer=tokenizer)
 
 
-def model_directory(name: str, kind: str, workdir: str | os.PathLike) -> str:
+def tiny_kind(name: str) -> str | None:
+    """``llama`` for ``tiny:llama``; None for a name that is not a tiny model."""
+    return name[len(TINY_PREFIX):] if name.startswith(TINY_PREFIX) else None
+
+
+def model_directory(name: str, workdir: str | os.PathLike) -> str:
     """``tiny:<kind>`` is built (offline) under ``workdir/models``; anything else is a hub name or
     directory for the loaders."""
-    if name.startswith(TINY_PREFIX):
+    kind = tiny_kind(name)
+    if kind is not None:
+        if kind not in KINDS:
+            raise ValueError(f"{name!r} is not a tiny model; known: {', '.join(TINY_PREFIX + k for k in KINDS)}")
         return str(build_tiny(kind, Path(workdir) / "models" / f"tiny_{kind}"))
     return name

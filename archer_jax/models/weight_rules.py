@@ -67,6 +67,38 @@ class MappingError(ValueError):
     """The checkpoint's tensors do not fit the model (missing names or wrong shapes)."""
 
 
+def check_names(
+    rules: Iterable[Rule], names: Iterable[str], canonical_name: Callable[[str], str] = lambda name: name
+) -> tuple[dict[str, str], list[str], list[str]]:
+    """Which checkpoint tensor each rule reads, before any is read.
+
+    Returns ``{rule name: checkpoint name}``, the optional tensors that are absent, and the
+    checkpoint tensors no rule uses. Raises :class:`MappingError` naming the first required
+    tensors absent.
+    """
+    present = {canonical_name(name): name for name in names}
+    found, missing, absent_optional = {}, [], []
+    for rule in rules:
+        if rule.hf in present:
+            found[rule.hf] = present[rule.hf]
+        else:
+            (absent_optional if rule.optional else missing).append(rule.hf)
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise MappingError(f"missing tensors {shown}")
+    return found, absent_optional, sorted(set(present) - set(found))
+
+
+def convert(rule: Rule, tensor: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``rule.to_ours(tensor)``, with a :class:`MappingError` naming the tensor if it does not fit."""
+    try:
+        return tuple(rule.to_ours(tensor))
+    except ValueError:
+        raise MappingError(
+            f"tensor {rule.hf} has shape {tuple(tensor.shape)}, which does not fit the model built from the config"
+        ) from None
+
+
 def hf_to_ours(
     rules: Iterable[Rule],
     tensors: Mapping[str, np.ndarray],
@@ -79,27 +111,13 @@ def hf_to_ours(
     Returns the parameters, the optional tensors that were absent, and the checkpoint tensors
     no rule used. Raises :class:`MappingError` naming the first required tensors absent.
     """
-    stripped = {canonical_name(name): value for name, value in tensors.items()}
+    rules = list(rules)
+    found, absent_optional, unused = check_names(rules, tensors, canonical_name)
     ours: dict[ParamPath, np.ndarray] = {}
-    missing, absent_optional, used = [], [], set()
     for rule in rules:
-        if rule.hf not in stripped:
-            (absent_optional if rule.optional else missing).append(rule.hf)
-            continue
-        used.add(rule.hf)
-        tensor = stripped[rule.hf]
-        try:
-            converted = rule.to_ours(tensor)
-        except ValueError:
-            raise MappingError(
-                f"tensor {rule.hf} has shape {tuple(tensor.shape)}, which does not fit the model built from the config"
-            ) from None
-        for path, value in zip(rule.ours, converted, strict=True):
-            ours[path] = value
-    if missing:
-        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise MappingError(f"missing tensors {shown}")
-    return ours, absent_optional, sorted(set(stripped) - used)
+        if rule.hf in found:
+            ours.update(zip(rule.ours, convert(rule, tensors[found[rule.hf]]), strict=True))
+    return ours, absent_optional, unused
 
 
 def ours_to_hf(rules: Iterable[Rule], params: Mapping[ParamPath, np.ndarray]) -> dict[str, np.ndarray]:

@@ -38,7 +38,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from archer_jax import sharding as shd
 from archer_jax.models.attention import KVCache
-from archer_jax.models.gpt2.model import GPT2Config, GPT2LMHeadModel, init_cache
+from archer_jax.models.causal_lm import CausalLMConfig, init_cache
 from archer_jax.models.tokenizer import bucket_length, next_power_of_two
 from archer_jax.precision import program_name, traced_with
 from archer_jax.xla_flags import decode_compiler_options
@@ -232,7 +232,7 @@ def prefill(
     With ``samples > 1`` the prompts are run once and their cache, mask and last logits are
     repeated ``samples`` times (prompt-major rows), so k samples per prompt cost one prefill.
     """
-    model: GPT2LMHeadModel = nnx.merge(graphdef, model_state)
+    model = nnx.merge(graphdef, model_state)  # a causal LM (archer_jax.models.causal_lm)
     batch, prompt_length = prompt_ids.shape
     new = sampling.max_new_tokens
     cache = init_cache(model.config, batch, prompt_length + new, model.dtype)
@@ -274,7 +274,7 @@ def decode(
 
     The state (KV cache included) is donated by the caller and updated in place.
     """
-    model: GPT2LMHeadModel = nnx.merge(graphdef, model_state)
+    model = nnx.merge(graphdef, model_state)  # a causal LM (archer_jax.models.causal_lm)
     prompt_length = state.slot_mask.shape[1] - sampling.max_new_tokens  # the slot of the first new token
 
     def not_finished(s: DecodeState) -> Array:
@@ -294,18 +294,18 @@ def decode(
     return jax.lax.while_loop(not_finished, next_token, state)
 
 
-def decode_state_shardings(mesh: Mesh, rules: shd.Rules, config: GPT2Config, batch: int, slots: int) -> DecodeState:
+def decode_state_shardings(mesh: Mesh, rules: shd.Rules, config: CausalLMConfig, batch: int, slots: int) -> DecodeState:
     """Where each :class:`DecodeState` array lives: rows over the mesh's batch axes, the KV
     cache's heads by ``rules``, the step replicated."""
     rows = shd.batch_sharding(mesh, 1)
     matrix = shd.batch_sharding(mesh, 2)
     cache_spec = shd.logical_to_mesh(
-        ("batch", "heads", None, "kv"), (batch, config.n_head, slots, config.head_dim), mesh, rules
+        ("batch", "kv_heads", None, "kv"), (batch, config.num_kv_heads, slots, config.head_dim), mesh, rules
     )
     cache = NamedSharding(mesh, cache_spec)
     scalar = shd.replicated(mesh)
     return DecodeState(
-        cache=tuple(KVCache(cache, cache) for _ in range(config.n_layer)),
+        cache=tuple(KVCache(cache, cache) for _ in range(config.num_layers)),
         slot_mask=matrix,
         step=scalar,
         tokens=matrix,
@@ -425,7 +425,7 @@ class Decoder:
 
     def __init__(
         self,
-        model: GPT2LMHeadModel,
+        model: nnx.Module,
         stop_table: Callable[[SamplingParams], np.ndarray],
         *,
         pad_id: int,
@@ -453,7 +453,7 @@ class Decoder:
 
     def prompt_limit(self, sampling: SamplingParams) -> int:
         """The longest prompt (in tokens) that fits with ``max_new_tokens`` in the positions."""
-        return prompt_limit(self.config.n_positions, self.max_prompt_length, sampling.max_new_tokens)
+        return prompt_limit(self.config.max_positions, self.max_prompt_length, sampling.max_new_tokens)
 
     def batch_bucket(self, batch: int) -> int:
         """Rows are padded to a power of two, and to a multiple of the mesh's batch axes."""
@@ -540,7 +540,7 @@ class Decoder:
         """
         prompt_ids, prompt_mask = _prompt_arrays(prompt_ids, prompt_mask, samples)
         limit = self.prompt_limit(sampling)
-        longest = _longest_prompt(prompt_mask, limit, sampling.max_new_tokens, self.config.n_positions)
+        longest = _longest_prompt(prompt_mask, limit, sampling.max_new_tokens, self.config.max_positions)
         bucket = bucket_length(longest, limit, min(self.min_prompt_bucket, limit))
         rows = self.batch_bucket(prompt_ids.shape[0])
         ids, mask, active = _pad_to_buckets(prompt_ids, prompt_mask, rows, bucket, self.pad_id)

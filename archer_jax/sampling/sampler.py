@@ -24,7 +24,6 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from archer_jax import sharding as shd
-from archer_jax.models.gpt2.model import GPT2LMHeadModel
 from archer_jax.models.tokenizer import Tokens, encode, pad_rows
 from archer_jax.sampling.decoding import Array, Decoder, SampledTokens, SamplingParams
 
@@ -109,7 +108,7 @@ class Sampler:
 
     def __init__(
         self,
-        model: GPT2LMHeadModel,
+        model: nnx.Module,
         tokenizer: Any,
         *,
         mesh: Mesh | None = None,

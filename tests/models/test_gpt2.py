@@ -142,5 +142,5 @@ def test_kv_cache_prefill_then_decode_matches_full_forward(tmp_path, monkeypatch
 
 def test_init_cache_rejects_more_slots_than_positions():
     config = models.GPT2Config(n_positions=16, n_layer=1, n_embd=8, n_head=2, vocab_size=10)
-    with pytest.raises(ValueError, match="n_positions 16"):
+    with pytest.raises(ValueError, match="exceeds the model.s 16 positions"):
         models.init_cache(config, 1, 17)

@@ -3,27 +3,21 @@
 Batches may be left-padded: position ids come from the attention mask, so each row's first
 real token has position 0 whatever its padding.
 
-Generation drives the cache in two kinds of calls (see :func:`init_cache`):
-
-* prefill: ``model(prompt_ids, mask, cache=cache, cache_index=0)``
-* decode:  ``model(next_ids[:, None], mask, cache=cache, cache_index=t)``
-
-where ``mask`` (``[batch, slots]``) marks every cache slot that holds a real token, including
-the ones this call writes.
+Generation drives the cache as every causal LM does (:mod:`archer_jax.models.causal_lm`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from archer_jax.models.attention import KVCache, MultiHeadAttention
+from archer_jax.models.causal_lm import CausalLMOutput, attention_inputs, init_cache, run_layers, vocabulary_logits
 from archer_jax.models.config import HFConfig
-from archer_jax.models.layers import DType, activation, check_remat, dense, embedding, layer_norm, scan_layers
+from archer_jax.models.layers import DType, activation, check_remat, dense, embedding, layer_norm
 
 Array = jax.Array
 
@@ -59,21 +53,12 @@ class GPT2Config(HFConfig):
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
-
-class CausalLMOutput(NamedTuple):
-    logits: Array | None  # [batch, len, vocab], float32; None with return_logits=False
-    hidden_state: Array  # [batch, len, embed], after the final LayerNorm
-    cache: tuple[KVCache, ...] | None
-
-
-def init_cache(
-    config: GPT2Config, batch_size: int, num_slots: int, dtype: DType = jnp.float32
-) -> tuple[KVCache, ...]:
-    """An empty KV cache with ``num_slots`` positions (prompt length + new tokens)."""
-    if num_slots > config.n_positions:
-        raise ValueError(f"num_slots {num_slots} exceeds the model's n_positions {config.n_positions}")
-    shape = (batch_size, config.n_head, num_slots, config.head_dim)
-    return tuple(KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.n_layer))
+    # The names every causal LM config answers to (archer_jax.models.causal_lm).
+    hidden_size = property(lambda self: self.n_embd)
+    num_layers = property(lambda self: self.n_layer)
+    num_heads = property(lambda self: self.n_head)
+    num_kv_heads = property(lambda self: self.n_head)
+    max_positions = property(lambda self: self.n_positions)
 
 
 class GPT2MLP(nnx.Module):
@@ -169,39 +154,14 @@ class GPT2LMHeadModel(nnx.Module):
           return_logits: False skips the LM head (``logits`` is None); apply :meth:`lm_logits`
             to the hidden states that need it, e.g. the last position when sampling.
         """
-        batch, length = input_ids.shape
-        slots = length if cache is None else cache[0].key.shape[2]
-        if attention_mask is None:
-            if cache is not None:
-                raise ValueError("attention_mask over the cache slots is required with a cache")
-            attention_mask = jnp.ones((batch, length), jnp.int32)
-        if attention_mask.shape != (batch, slots):
-            raise ValueError(f"attention_mask has shape {attention_mask.shape}, expected {(batch, slots)}")
-        valid = attention_mask.astype(bool)
-        if position_ids is None:
-            all_positions = jnp.maximum(jnp.cumsum(valid, axis=-1, dtype=jnp.int32) - 1, 0)
-            position_ids = jax.lax.dynamic_slice_in_dim(all_positions, cache_index, length, axis=1)
-        query_slots = cache_index + jnp.arange(length)
-        causal = jnp.arange(slots)[None, :] <= query_slots[:, None]
-        mask = (valid[:, None, None, :] & causal[None, None]).astype(bool)  # [batch, 1, len, slots]
-
-        x = self.wte(input_ids) + self.wpe(position_ids)
-        new_cache = None
-        if cache is None:
-            x = scan_layers(self.h, x, lambda block, h: block(h, mask, None, 0)[0], remat=self.remat)
-        else:
-            new_cache = []
-            for block, layer_cache in zip(self.h, cache):
-                x, layer_cache = block(x, mask, layer_cache, cache_index)
-                new_cache.append(layer_cache)
-            new_cache = tuple(new_cache)
+        inputs = attention_inputs(input_ids, attention_mask, cache, cache_index, position_ids)
+        mask = inputs.mask()
+        x = self.wte(input_ids) + self.wpe(inputs.positions)
+        x, new_cache = run_layers(self.h, x, lambda block, h, c: block(h, mask, c, cache_index), cache, self.remat)
         x = self.ln_f(x)
         logits = self.lm_logits(x) if return_logits else None
         return CausalLMOutput(logits, x, new_cache)
 
     def lm_logits(self, hidden_state: Array) -> Array:
         """Float32 vocabulary logits of final hidden states (``[..., embed]`` -> ``[..., vocab]``)."""
-        if self.lm_head is None:
-            table = self.wte.embedding[...].astype(self.dtype)
-            return jnp.einsum("...d,vd->...v", hidden_state, table, preferred_element_type=jnp.float32)
-        return self.lm_head(hidden_state).astype(jnp.float32)
+        return vocabulary_logits(hidden_state, self.wte.embedding[...], self.lm_head, self.dtype)
