@@ -109,3 +109,42 @@ def relative_error(ours, ref, mask=None) -> float:
     """max |ours - ref| / max |ref| over the real positions."""
     ref_abs = np.abs(ref[mask.astype(bool)] if mask is not None else ref)
     return max_abs_error(ours, ref, mask) / float(ref_abs.max())
+
+
+LLAMA_FAMILY = {
+    # Llama 3 style: grouped-query attention (2 key/value heads for 4) and Llama 3.1's RoPE rescaling.
+    "llama": lambda: transformers.LlamaConfig(
+        num_key_value_heads=2, rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                "original_max_position_embeddings": 16}),
+    # Mistral: one key/value head, a head_dim that is not hidden / heads, and a 5-token sliding window.
+    "mistral": lambda: transformers.MistralConfig(num_key_value_heads=1, head_dim=16, sliding_window=5),
+    # Qwen2: query/key/value biases, tied embeddings, sliding windows from layer 1 on.
+    "qwen2": lambda: transformers.Qwen2Config(num_key_value_heads=2, tie_word_embeddings=True, use_sliding_window=True,
+                                              sliding_window=4, max_window_layers=1),
+}
+
+
+def llama_family(kind: str, seed: int = 0, **overrides):
+    """A random tiny HF ``*ForCausalLM`` of the Llama family (``llama``, ``mistral``, ``qwen2``)."""
+    config = LLAMA_FAMILY[kind]()
+    sizes = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+                 max_position_embeddings=64, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    for name, value in {**sizes, **overrides}.items():
+        setattr(config, name, value)
+    if kind == "qwen2":  # its layer_types follow the window settings at construction
+        config.layer_types = ["full_attention"] + ["sliding_attention"] * (config.num_hidden_layers - 1)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            p.copy_(1.0 + 0.1 * noise if "norm" in name else 0.2 * noise)
+    return model.eval()
+
+
+def causal_logits(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """HF logits of a (left-padded) batch, positions counted from each row's first real token."""
+    with torch.no_grad():
+        return gpt2_forward_logits(model, ids, mask).detach().numpy()

@@ -104,7 +104,10 @@ class LlamaConfig(HFConfig):
         scaling = self.rope_scaling.to_hf()
         out["rope_scaling"] = scaling
         out["rope_parameters"] = {"rope_theta": self.rope_theta, **(scaling or {"rope_type": "default"})}
-        out["layer_types"] = list(self.layer_types)
+        if self.layer_types != self.default_layer_types() or "max_window_layers" in out:
+            out["layer_types"] = list(self.layer_types)  # Qwen2 writes its own; the others only when set
+        else:
+            out.pop("layer_types")
         return out
 
     # The names every causal LM config answers to (archer_jax.models.causal_lm).
