@@ -68,11 +68,13 @@ class ReplayRestore(ocp.args.CheckpointArgs):
 
 
 def _as_item(state: TrainState) -> dict[str, Any]:
-    return {k: v for k, v in state._asdict().items() if v is not None}
+    """What a checkpoint holds of ``state``: all but its frozen weights (the pretrained ones the
+    run loads again; a LoRA checkpoint holds the adapters only)."""
+    return {k: v for k, v in state._asdict().items() if v is not None and k != "frozen"}
 
 
-def _as_state(item: dict[str, Any]) -> TrainState:
-    return TrainState(item["params"], item["opt_state"], item.get("target"), item["step"], item["skipped"])
+def _as_state(item: dict[str, Any], frozen=None) -> TrainState:
+    return TrainState(item["params"], item["opt_state"], item.get("target"), item["step"], item["skipped"], frozen)
 
 
 class Checkpoints:
@@ -122,7 +124,7 @@ class Checkpoints:
             items["critic"] = abstract(critic)
         restored = self.manager.restore(step, args=ocp.args.Composite(**items))
         critic_state = _as_state(restored["critic"]) if critic is not None else None
-        return _as_state(restored["actor"]), critic_state, restored["replay"], restored["loop"]
+        return _as_state(restored["actor"], actor.frozen), critic_state, restored["replay"], restored["loop"]
 
     def restore_latest(self, *, actor: TrainState, critic: TrainState | None, check=None) -> tuple[int, Restored] | None:
         """The newest checkpoint that loads completely (None when there is no checkpoint).

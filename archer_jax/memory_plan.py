@@ -77,7 +77,7 @@ def describe(mesh: Mesh, states, activation: Activation | None = None) -> str:
     params = opt = 0
     for state in (states.actor, states.critic):
         if state is not None:
-            params += device_bytes((state.params, state.target))
+            params += device_bytes((state.params, state.target, state.frozen))
             opt += device_bytes(state.opt_state)
     processes = len({d.process_index for d in mesh.devices.flat})
     line = (f"mesh {shape} over {mesh.devices.size} devices ({processes} process{'es' if processes > 1 else ''}); "

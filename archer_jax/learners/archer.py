@@ -22,7 +22,7 @@ from archer_jax.learners import losses, registry
 from archer_jax.learners.batches import ActorBatch, CriticBatch
 from archer_jax.learners.estimators import advantage, td_targets
 from archer_jax.learners.optimization import accumulate_gradients, adam_update, keep_if_finite, polyak, summarize
-from archer_jax.learners.train_state import TrainState
+from archer_jax.learners.train_state import TrainState, merged
 from archer_jax.models.tokenizer import Tokens
 
 Array = jax.Array
@@ -87,13 +87,13 @@ def actor_step(
 
     def loss_fn(params: nnx.State, b: ActorBatch):
         adv = advantage(critic(b.critic_observation, b.critic_action))  # min Q(s, a_π) - min V(s)
-        token_logprobs, baseline = nnx.merge(graphdef, params)(b.observation, b.action)
+        token_logprobs, baseline = merged(graphdef, params, state.frozen)(b.observation, b.action)
         mask = b.action.mask.astype(jnp.float32)
         return actor_loss(registry.PolicyTerms(adv, token_logprobs, mask, baseline, token_count))
 
     grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch, micro_batches)
     params, opt_state = adam_update(state, tx, grads)
-    state, metrics = keep_if_finite(state, TrainState(params, opt_state, None, state.step + 1, state.skipped), loss, grads)
+    state, metrics = keep_if_finite(state, state._replace(params=params, opt_state=opt_state, step=state.step + 1), loss, grads)
     metrics.update(loss=loss, **summarize("advantage", aux["advantage"]), **summarize("action_logprob", aux["action_logprob"]))
     metrics.update({k: jnp.mean(v) for k, v in aux.items() if k not in ("advantage", "action_logprob")})
     return state, metrics

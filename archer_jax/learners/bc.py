@@ -14,7 +14,7 @@ from flax import nnx
 from archer_jax.learners import losses
 from archer_jax.learners.batches import BCBatch
 from archer_jax.learners.optimization import accumulate_gradients, adam_update, keep_if_finite
-from archer_jax.learners.train_state import TrainState
+from archer_jax.learners.train_state import TrainState, merged
 
 Array = jax.Array
 
@@ -26,12 +26,12 @@ def bc_step(
     ``micro_batches`` scanned micro-batches."""
 
     def loss_fn(params: nnx.State, b: BCBatch):
-        token_logprobs, _ = nnx.merge(graphdef, params)(b.observation, b.action)
+        token_logprobs, _ = merged(graphdef, params, state.frozen)(b.observation, b.action)
         return losses.bc_nll_loss(token_logprobs, b.action.mask.astype(jnp.float32))
 
     grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch, micro_batches)
     params, opt_state = adam_update(state, tx, grads)
-    state, metrics = keep_if_finite(state, TrainState(params, opt_state, None, state.step + 1, state.skipped), loss, grads)
+    state, metrics = keep_if_finite(state, state._replace(params=params, opt_state=opt_state, step=state.step + 1), loss, grads)
     tokens = jnp.maximum(jnp.sum(batch.action.mask), 1)
     metrics.update(loss=loss, token_nll=-jnp.sum(aux["action_logprob"]) / tokens)
     return state, metrics

@@ -87,11 +87,18 @@ class Learner:
         self.mesh = mesh if mesh is not None else shd.single_device_mesh()
         self.rules = rules
         self.matmul_precision = matmul_precision  # None: the ambient jax.default_matmul_precision
-        self.actor_graphdef, self._actor_params = train_state.split_params(actor)
+        # With LoRA adapters the policy's other weights are frozen: kept out of the gradients and
+        # the optimizer, held once on the mesh, and attached to every actor state (TrainState.frozen).
+        self.actor_graphdef, self._actor_params, frozen = train_state.split_trainable(actor)
         self.has_critic = critic is not None
         self.actor_tx = train_state.optimizer(config.actor_lr, config.max_grad_norm)
         self.critic_tx = train_state.optimizer(config.critic_lr, config.max_grad_norm)
         self.actor_shardings = self._shardings(self._actor_params, self.actor_tx, with_target=False)
+        self._actor_frozen = None
+        if frozen is not None:
+            frozen_shardings = shd.state_shardings(frozen, self.mesh, rules)
+            self.actor_shardings = self.actor_shardings._replace(frozen=frozen_shardings)
+            self._actor_frozen = jax.device_put(_host_values(frozen), frozen_shardings)
 
         tokens = Tokens(self.batch_sharding(2), self.batch_sharding(2))
         critic_batch = CriticBatch(tokens, tokens, tokens, tokens, self.batch_sharding(1), self.batch_sharding(1))
@@ -156,12 +163,17 @@ class Learner:
     def init_actor(self, params: nnx.State | None = None) -> TrainState:
         """The actor's state with fresh Adam, from the module's parameters or ``params`` (e.g. the
         result of an SFT warm start)."""
-        create = jax.jit(functools.partial(train_state.create, tx=self.actor_tx), out_shardings=self.actor_shardings)
-        return create(_host_values(self._actor_params) if params is None else params)
+        create = jax.jit(functools.partial(train_state.create, tx=self.actor_tx),
+                         out_shardings=self.actor_shardings._replace(frozen=None))
+        state = create(_host_values(self._actor_params) if params is None else params)
+        return state._replace(frozen=self._actor_frozen)  # attached, never copied
 
     def policy_params(self, actor_state: TrainState) -> nnx.State:
-        """The GPT-2 policy's parameters inside an actor state (e.g. for the sampler)."""
-        return actor_state.params["policy"]
+        """The policy's parameters inside an actor state (e.g. for the sampler): its trained ones,
+        and with LoRA its frozen base weights too."""
+        if actor_state.frozen is None:
+            return actor_state.params["policy"]
+        return nnx.merge_state(actor_state.params["policy"], actor_state.frozen["policy"])
 
     # ---- steps ------------------------------------------------------------------------------
 

@@ -129,6 +129,38 @@ def _describe(batch) -> str:
     return "lengths " + "/".join(str(s[0]) for s in shapes) if shapes else "no token axes"
 
 
+class FrozenApart:
+    """``jax.jit`` of a step whose first argument is a :class:`TrainState`, with the state's frozen
+    weights (a LoRA policy's base) passed as an argument of their own: the state is donated (updated
+    in place) but the frozen weights are not, so every reference to them stays valid and they are
+    never copied. Called, and lowered, with the same arguments as the step."""
+
+    def __init__(self, step: Callable, *, in_shardings, out_shardings, donate_argnums=()):
+        state_sh, *rest_sh = in_shardings
+        self._jit = jax.jit(
+            self._apart(step),
+            in_shardings=(state_sh._replace(frozen=None), state_sh.frozen, *rest_sh),
+            out_shardings=(out_shardings[0]._replace(frozen=None), *out_shardings[1:]),
+            donate_argnums=donate_argnums,
+        )
+
+    @staticmethod
+    def _apart(step: Callable) -> Callable:
+        def program(state, frozen, *rest):
+            new, *out = step(state._replace(frozen=frozen), *rest)
+            return (new._replace(frozen=None), *out)
+
+        program.__name__ = program_name(step)  # what XLA names the program (not functools.wraps: its
+        return program  # __wrapped__ would give jit the step's signature, without ``frozen``
+
+    def __call__(self, state, *rest):
+        new, *out = self._jit(state._replace(frozen=None), state.frozen, *rest)
+        return (new._replace(frozen=state.frozen), *out)
+
+    def lower(self, state, *rest) -> jax.stages.Lowered:
+        return self._jit.lower(state._replace(frozen=None), state.frozen, *rest)
+
+
 class StepProgram:
     """One learner step (``step(*args, micro_batches=n)``, its batch the last argument), jitted once
     per micro-batch count, with the count chosen per batch shape (see the module docstring)."""
@@ -153,10 +185,10 @@ class StepProgram:
         self.layouts: dict[tuple, Layout] = {}
         self._jitted: dict[int, Callable] = {}
 
-    def jitted(self, count: int) -> Callable:
+    def jitted(self, count: int) -> "FrozenApart":
         """The step jitted for ``count`` micro-batches (named as the step)."""
         if count not in self._jitted:
-            self._jitted[count] = jax.jit(functools.partial(self.step, micro_batches=count), **self.jit_kwargs)
+            self._jitted[count] = FrozenApart(functools.partial(self.step, micro_batches=count), **self.jit_kwargs)
         return self._jitted[count]
 
     def __call__(self, *args):

@@ -76,8 +76,9 @@ def keep_if_finite(
     ``skipped`` step; with the step's ``grad_norm``, ``skipped`` and ``nonfinite`` metrics."""
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    kept = state._replace(skipped=state.skipped + 1)
-    new = jax.tree.map(lambda n, o: jnp.where(finite, n, o), stepped, kept)
+    kept = state._replace(skipped=state.skipped + 1, frozen=None)
+    new = jax.tree.map(lambda n, o: jnp.where(finite, n, o), stepped._replace(frozen=None), kept)
+    new = new._replace(frozen=stepped.frozen)  # never selected over: it does not change
     return new, {"grad_norm": grad_norm, "skipped": new.skipped, "nonfinite": (~finite).astype(jnp.int32)}
 
 

@@ -22,6 +22,9 @@ class TrainState(NamedTuple):
 
     ``target`` is the Polyak-averaged copy (the target critic), or None for networks without one.
     ``skipped`` counts optimizer steps skipped because the loss or a gradient was not finite.
+    ``frozen`` holds the parameters that are not trained (a LoRA policy's base weights), or None:
+    steps read them but never differentiate, update or copy them, and checkpoints leave them out
+    (they are the pretrained weights the run loads).
     """
 
     params: nnx.State
@@ -29,6 +32,7 @@ class TrainState(NamedTuple):
     target: nnx.State | None
     step: Array
     skipped: Array
+    frozen: nnx.State | None = None
 
 
 @dataclasses.dataclass
@@ -61,8 +65,29 @@ def split_params(module: nnx.Module) -> tuple[nnx.GraphDef, nnx.State]:
     return graphdef, params
 
 
+def split_trainable(module: nnx.Module) -> tuple[nnx.GraphDef, nnx.State, nnx.State | None]:
+    """(graph, trained parameters, frozen parameters) of ``module``.
+
+    With LoRA adapters (``nnx.LoRAParam``) in ``module.policy``, the policy trains its adapters
+    only: its other parameters are frozen; parameters outside the policy (a value head) train.
+    Without adapters every parameter trains and ``frozen`` is None.
+    """
+    graphdef, params = split_params(module)
+    if not jax.tree.leaves(nnx.state(module, nnx.LoRAParam)):
+        return graphdef, params, None
+    in_policy = nnx.All(nnx.PathContains("policy"), nnx.Not(nnx.LoRAParam))
+    graphdef, frozen, trained = nnx.split(module, in_policy, ...)
+    return graphdef, trained, frozen
+
+
+def merged(graphdef: nnx.GraphDef, params: nnx.State, frozen: nnx.State | None) -> nnx.Module:
+    """The module of ``graphdef`` with its trained and (if any) frozen parameters."""
+    return nnx.merge(graphdef, params) if frozen is None else nnx.merge(graphdef, params, frozen)
+
+
 def create(params: nnx.State, tx: optax.GradientTransformation, *, with_target: bool = False) -> TrainState:
-    """A fresh state: optimizer initialised, target (if any) equal to the parameters."""
+    """A fresh state: optimizer initialised, target (if any) equal to the parameters (no frozen
+    part: attach one with ``state._replace(frozen=...)``, outside any jit, so it is never copied)."""
     target = jax.tree.map(jnp.copy, params) if with_target else None
     zero = jnp.zeros((), jnp.int32)
     return TrainState(params, tx.init(params), target, zero, zero)
@@ -81,4 +106,5 @@ def shardings(state: TrainState, tx: optax.GradientTransformation, mesh: Mesh, r
         transform_non_params=lambda _: scalar,
         is_leaf=lambda x: isinstance(x, (nnx.Variable, NamedSharding)),
     )
-    return TrainState(param_sh, opt_sh, None if state.target is None else param_sh, scalar, scalar)
+    frozen_sh = None if state.frozen is None else shd.state_shardings(state.frozen, mesh, rules)
+    return TrainState(param_sh, opt_sh, None if state.target is None else param_sh, scalar, scalar, frozen_sh)

@@ -90,7 +90,8 @@ class LoRADense(nnx.Module):
     ``lora_b`` ``[rank, *out_shape]`` (zeros), both float32 ``nnx.LoRAParam`` with the base
     kernel's logical axis names (None on the rank axis). The adapter path runs in the base
     layer's compute dtype. A :meth:`merge`-d layer holds ``W + scale * A @ B`` in its kernel and
-    skips the adapter path.
+    skips the adapter path. ``dropout`` applies only in a training view with an RNG stream (see
+    the module docstring); plain calls are deterministic.
     """
 
     def __init__(self, base: nnx.LinearGeneral, *, rank: int, alpha: float, dropout: float = 0.0,
@@ -137,7 +138,7 @@ class LoRADense(nnx.Module):
             self.merged = True
 
     def unmerge(self) -> None:
-        """Undoes :meth:`merge` (exactly for float32 kernels, to rounding for lower precisions)."""
+        """Undoes :meth:`merge`, up to rounding (float32: ~1e-7 relative; bfloat16 kernels lose more)."""
         if self.merged:
             kernel = self.base.kernel
             kernel.set_value((kernel[...].astype(jnp.float32) - self.delta()).astype(kernel.dtype))

@@ -116,7 +116,8 @@ def test_fresh_adapters_change_nothing_and_merging_round_trips(llama_dir, tmp_pa
     ours = models.load_causal_lm(llama_dir)
     ids, mask = batch()
     base = logits(ours, ids, mask)
-    wrapped = lora.apply_lora(ours, lora.LoRAConfig(rank=4, targets=("q_proj", "o_proj", "down_proj")), rngs=nnx.Rngs(0))
+    config = lora.LoRAConfig(rank=4, targets=("q_proj", "o_proj", "down_proj"))
+    wrapped = lora.apply_lora(ours, config, rngs=nnx.Rngs(0))
     assert len(wrapped) == 6 and isinstance(ours.layers[1].mlp.down_proj, lora.LoRADense)
     np.testing.assert_array_equal(logits(ours, ids, mask), base)  # B = 0
     randomize_adapters(ours, 5)
@@ -132,11 +133,12 @@ def test_fresh_adapters_change_nothing_and_merging_round_trips(llama_dir, tmp_pa
         lora._node(ours, path).unmerge()
     np.testing.assert_allclose(np.asarray(layer.base.kernel[...]), kernel, atol=1e-6)
 
+    before = np.asarray(layer.base.kernel[...])
     plain = lora.merged_copy(ours)
     assert not any(isinstance(m, lora.LoRADense) for _, m in nnx.iter_graph(plain))
     assert not jax.tree.leaves(nnx.state(plain, nnx.LoRAParam))
     assert isinstance(ours.layers[0].self_attn.out, lora.LoRADense) and not layer.merged  # the input is unchanged
-    np.testing.assert_array_equal(np.asarray(layer.base.kernel[...]), np.asarray(ours.layers[0].self_attn.out.base.kernel[...]))
+    np.testing.assert_array_equal(np.asarray(ours.layers[0].self_attn.out.base.kernel[...]), before)
     assert ref.relative_error(logits(plain, ids, mask), adapted, mask) < 1e-5
     exported = models.load_causal_lm(models.save_pretrained(plain, tmp_path / "merged"))
     assert ref.relative_error(logits(exported, ids, mask), adapted, mask) < 1e-5
@@ -157,7 +159,8 @@ def test_dropout_only_in_a_training_view(llama_dir):
 def test_only_the_adapters_are_trainable_and_their_gradients_match_peft(llama_dir, tmp_path):
     assert lora.trainable_filter is nnx.LoRAParam
     ours = models.load_causal_lm(llama_dir)
-    wrapped = lora.apply_lora(ours, lora.LoRAConfig(rank=4, alpha=8.0, targets=("k_proj", "gate_proj")), rngs=nnx.Rngs(0))
+    config = lora.LoRAConfig(rank=4, alpha=8.0, targets=("k_proj", "gate_proj"))
+    wrapped = lora.apply_lora(ours, config, rngs=nnx.Rngs(0))
     graphdef, adapters, rest = nnx.split(ours, lora.trainable_filter, ...)
     assert len(jax.tree.leaves(adapters)) == 2 * len(wrapped) == 8
     ids, mask = batch()
@@ -182,7 +185,8 @@ def test_only_the_adapters_are_trainable_and_their_gradients_match_peft(llama_di
     hf_grads = {n: p.grad.numpy() for n, p in reference.named_parameters() if p.grad is not None}
     assert len(hf_grads) == 8
     prefix = "base_model.model.model.layers.1.mlp.gate_proj"
-    for ours_name, hf_name, flat in (("lora_a", "lora_A", lambda g: g.reshape(-1, 4).T), ("lora_b", "lora_B", lambda g: g.reshape(4, -1).T)):
+    as_hf = {"lora_a": ("lora_A", lambda g: g.reshape(-1, 4).T), "lora_b": ("lora_B", lambda g: g.reshape(4, -1).T)}
+    for ours_name, (hf_name, flat) in as_hf.items():
         expected = hf_grads[f"{prefix}.{hf_name}.default.weight"]
         got = flat(grads[("layers", 1, "mlp", "gate_proj", ours_name)])
         assert np.abs(got - expected).max() < 1e-4 * np.abs(expected).max()
@@ -224,10 +228,12 @@ def test_bad_configs_and_adapter_directories_are_one_line_errors(llama_dir, tmp_
         (broken("shape", edit_tensors=lambda t: {**t, key: t[key][:, :-1].copy()}), rf"{key} has shape \(4, 31\)"),
         (broken("rslora", edit_config=lambda c: {**c, "use_rslora": True}), "use_rslora=True is not supported"),
     ]
+    fresh = models.load_causal_lm(llama_dir)
     for directory, message in cases:
         with pytest.raises(ModelLoadError, match=message) as error:
-            lora.load_peft(models.load_causal_lm(llama_dir), directory)
+            lora.load_peft(fresh, directory)
         assert "\n" not in str(error.value)
+    assert lora.lora_config(fresh) is None  # a failed load leaves the model as it was
     with pytest.raises(ModelLoadError, match="holds adapters .* but the model has"):
         lora.load_peft(ours, broken("other_rank", edit_config=lambda c: {**c, "r": 8}))
     assert lora.load_peft(ours, good)  # the matching adapters load into the model that has them
@@ -249,5 +255,5 @@ def test_sharded_lora_forward_equals_the_unsharded_one(llama_dir):
     state = jax.device_put(state, shardings)
     batch_sharding = sharding.batch_sharding(mesh)
     forward = jax.jit(lambda s, i, m: nnx.merge(graphdef, s)(i, m).logits)
-    out = forward(state, jax.device_put(jnp.asarray(ids), batch_sharding), jax.device_put(jnp.asarray(mask), batch_sharding))
+    out = forward(state, *(jax.device_put(jnp.asarray(x), batch_sharding) for x in (ids, mask)))
     assert ref.relative_error(np.asarray(out), expected, mask) < 1e-5
