@@ -9,9 +9,11 @@ checkpointed: a resumed run draws exactly what an uninterrupted one would have.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from archer_jax import agents, memory_plan
@@ -28,6 +30,7 @@ from archer_jax.learners.learner import Learner, LearnerConfig
 from archer_jax.learners.micro_batching import auto_limit
 from archer_jax.learners.train_state import States
 from archer_jax.models import load_causal_lm, load_roberta, load_tokenizer
+from archer_jax.models.lora import LoRAConfig, apply_lora
 from archer_jax.models.tiny import model_directory
 from archer_jax.precision import compute_dtype
 from archer_jax.replay import ReplayBuffer
@@ -49,7 +52,14 @@ class Components:
 
         policy_dir = model_directory(c.model.policy, self.workdir)
         policy_tokenizer = load_tokenizer(policy_dir)
-        policy = load_causal_lm(policy_dir, dtype=dtype, remat=c.model.remat)
+        policy = load_causal_lm(policy_dir, dtype=dtype, param_dtype=jnp.dtype(c.model.param_dtype), remat=c.model.remat,
+                                mesh=self.mesh if jax.process_count() == 1 else None)  # straight into its shardings
+        if c.model.lora.rank:
+            lora_config = LoRAConfig(rank=c.model.lora.rank, alpha=c.model.lora.alpha, dropout=c.model.lora.dropout,
+                                     targets=tuple(t.strip() for t in c.model.lora.targets.split(",") if t.strip()))
+            wrapped = apply_lora(policy, lora_config, rngs=nnx.Rngs(c.seed))
+            logging.info("LoRA rank %d on %d projections of the policy; its other weights are frozen", lora_config.rank,
+                         len(wrapped))
         room = policy.config.max_positions - c.sampling.max_new_tokens
         sampler = Sampler(policy, policy_tokenizer, mesh=self.local_mesh, max_prompt_length=min(c.model.max_prompt_length, room),
                           matmul_precision=precision)

@@ -106,6 +106,11 @@ def base_config() -> ml_collections.ConfigDict:
         remat="none",
         max_prompt_length=512,  # policy prompt tokens (left-truncated)
         max_critic_length=512,  # critic tokens per text (left-truncated)
+        # The policy's weights as loaded: float32, or bfloat16 (half the memory; for a LoRA policy,
+        # whose trained adapters stay float32 master copies).
+        param_dtype="float32",
+        # LoRA on the policy (archer_jax/models/lora.py): rank 0 = off (every weight trains).
+        lora=ml_collections.ConfigDict(dict(rank=0, alpha=32.0, dropout=0.0, targets="q_proj,k_proj,v_proj,o_proj")),
     ))
     c.env = ml_collections.ConfigDict(dict(
         name="twenty_questions",  # a name in archer_jax.envs.registry (or "package.module:factory")
@@ -176,6 +181,11 @@ KEY_DOCS: dict[str, str] = {
     "model.remat": "activation checkpointing per block: none | dots (keep matmul outputs) | full (keep block inputs)",
     "model.max_prompt_length": "policy prompt tokens kept (from the end)",
     "model.max_critic_length": "critic tokens kept per text (from the end)",
+    "model.param_dtype": "the policy's loaded weights: float32 | bfloat16 (LoRA adapters stay float32)",
+    "model.lora.rank": "LoRA rank on the policy's projections (0 = off: every weight trains)",
+    "model.lora.alpha": "LoRA scale numerator: adapters add (alpha / rank) * x A B",
+    "model.lora.dropout": "LoRA dropout on the adapters' input (only 0 is supported by the learner steps so far)",
+    "model.lora.targets": "comma-separated projections (PEFT names: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)",
     "env.name": "the env: a name in archer_jax.envs.registry, or package.module:factory",
     "env.options": "extra keyword arguments for the env (e.g. env.options.game_path for detective)",
     "env.max_turns": "turn limit per dialogue (a cut there is a truncation, not an end)",
@@ -296,6 +306,20 @@ def renamed(key: str) -> str | None:
     return None
 
 
+def _check_lora(lora: ml_collections.ConfigDict) -> None:
+    if lora.rank < 0:
+        raise ConfigError(f"config.model.lora.rank: must be >= 0 (0 = off), got {lora.rank}")
+    if not lora.rank:
+        return
+    if not (math.isfinite(lora.alpha) and lora.alpha > 0):
+        raise ConfigError(f"config.model.lora.alpha: must be > 0, got {lora.alpha}")
+    if lora.dropout != 0:  # nnx.Dropout's RNG state would have to be threaded through the jitted steps
+        raise ConfigError(f"config.model.lora.dropout: only 0 is supported by the learner steps so far, got {lora.dropout} "
+                          "(the official archer_llm's 0.05 is not reproduced)")
+    if not [t for t in lora.targets.split(",") if t.strip()]:
+        raise ConfigError("config.model.lora.targets: name at least one projection (e.g. q_proj,v_proj)")
+
+
 def _check_model(key: str, name: str, kinds: tuple[str, ...]) -> None:
     """A tiny model of a kind in ``kinds``, an existing HF-format directory, or (offline) a cached hub name.
 
@@ -374,7 +398,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     choice("model.dtype", DTYPES)
     choice("model.matmul_precision", MATMUL_PRECISIONS)
     choice("model.remat", tuple(REMAT_POLICIES))
+    choice("model.param_dtype", ("float32", "bfloat16"))
     envs.check(c.env.name)
+    _check_lora(c.model.lora)
     positive("iterations", "rollout_size", "eval_size", "capacity", "batch_size", "grad_accum_steps", "chai_samples",
              "keep_checkpoints", "max_nonfinite_steps", "sampling.max_new_tokens", "sampling.temperature",
              "model.max_prompt_length", "model.max_critic_length", "env.max_turns", "env.timeout_s",

@@ -32,7 +32,7 @@ FREE = (
     "mesh.fsdp", "mesh.tensor",
 )
 FIXED = (
-    "agent", "seed", "capacity", "env.name", "model.policy", "model.critic", "model.critic_embedding",
+    "agent", "seed", "capacity", "env.name", "model.policy", "model.critic", "model.critic_embedding", "model.lora.",
     "learner.actor_loss", "sft.",  # "sft.": every key of the warm start, which is done
 )
 

@@ -25,7 +25,7 @@ def load(name: str):
 
 
 def test_every_config_file_is_listed():
-    assert FILES == ["20q.py", "20q_subset.py", "city.py", "detective.py", "webshop.py"]
+    assert FILES == ["20q.py", "20q_llm.py", "20q_subset.py", "city.py", "detective.py", "webshop.py"]
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -36,7 +36,8 @@ def test_every_config_has_tiny_and_micro_presets_with_tiny_models_and_small_coun
     base_keys = set(config_lib.base_config().keys())
     for c in (tiny, micro):
         assert set(c.keys()) == base_keys  # presets change values, never keys
-        assert (c.model.policy, c.model.critic) == ("tiny:gpt2", "tiny:roberta")
+        policy = "tiny:llama" if name == "20q_llm.py" else "tiny:gpt2"  # the 7B setting's tiny one is Llama-shaped
+        assert (c.model.policy, c.model.critic) == (policy, "tiny:roberta")
         # The same game (20q.py's presets play its 10-object subset: a tiny policy cannot hold 157).
         assert c.env.name == ("twenty_questions_subset" if name == "20q.py" else paper.env.name)
         assert dict(c.env.options) == dict(paper.env.options)
