@@ -120,7 +120,7 @@ def check_models(config: ml_collections.ConfigDict) -> None:
     if agents.get(config.agent).needs_critic:
         roles.append(("model.critic", config.model.critic, ("roberta",)))
     for key, name, kinds in roles:
-        expected = " or ".join(map(repr, kinds))
+        expected = repr(kinds[0]) if len(kinds) == 1 else f"a causal LM ({', '.join(map(repr, kinds))})"
         try:
             found = _model_config(name)
         except hub.ModelLoadError as e:

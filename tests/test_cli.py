@@ -162,7 +162,8 @@ def test_policy_positions_and_architecture_come_from_config_json(tmp_path):
     roberta.mkdir()
     (roberta / "config.json").write_text(json.dumps({"model_type": "roberta"}))
     c = micro(model__policy=str(roberta))
-    assert one_line_error(preflight.check, c, tmp_path / "run") == f"config.model.policy: {roberta} is a 'roberta' model, not 'gpt2'"
+    assert one_line_error(preflight.check, c, tmp_path / "run") == (
+        f"config.model.policy: {roberta} is a 'roberta' model, not a causal LM ('gpt2', 'llama', 'mistral', 'qwen2')")
     (roberta / "config.json").write_text("{not json")
     assert "config.model.policy: " in one_line_error(preflight.check, c, tmp_path / "run")
 
