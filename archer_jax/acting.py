@@ -73,13 +73,18 @@ def chai_actions(
     model_state: nnx.State | None = None,
     max_length: int = 512,
     row_ids: Sequence[int] | None = None,
+    prompts: Sequence[np.ndarray] | None = None,
 ) -> ChaiChoice:
     """For each observation, ``k`` samples from the (frozen) policy scored by the target critic's
     ``min(Q̄1, Q̄2)``; the highest-scoring one is chosen. The prompt is run through the policy
-    once per observation (the sampler's fan-out) and encoded once by the critic."""
+    once per observation (the sampler's fan-out) and encoded once by the critic. ``prompts``: the
+    policy's prompts in token rows (default: the observations themselves)."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    generation = sampler.generate(observations, key, sampling, model_state=model_state, samples=k, row_ids=row_ids)
+    if prompts is None:
+        generation = sampler.generate(observations, key, sampling, model_state=model_state, samples=k, row_ids=row_ids)
+    else:
+        generation = sampler.generate_rows(prompts, key, sampling, model_state=model_state, samples=k, row_ids=row_ids)
     rows = next_power_of_two(len(observations))
     obs = _pad_batch(encode(critic_tokenizer, observations, max_length=max_length), rows)
     act = _pad_batch(encode(critic_tokenizer, generation.texts, max_length=max_length), rows * k)
@@ -200,7 +205,8 @@ class Acting:
         """One utterance per observation from the policy (sampled, or greedy); ``rows`` number the
         observations' dialogues (their samples' keys)."""
         sampling = self.greedy if greedy else self.sampling
-        return self.sampler.generate(observations, key, sampling, model_state=self.localize(policy), row_ids=rows).texts
+        prompts = self.pipeline.policy_rows(observations)
+        return self.sampler.generate_rows(prompts, key, sampling, model_state=self.localize(policy), row_ids=rows).texts
 
     def pi_actions(self, policy: nnx.State, policy_rows: Sequence[np.ndarray], key: jax.Array) -> list[str]:
         """A fresh ``a_π ~ π(·|s)`` per observation given in policy token rows (this host draws its
@@ -218,7 +224,7 @@ class Acting:
         return chai_actions(
             self.sampler, self.critic_graphdef, self.localize_critic(target), self.pipeline.critic_tokenizer,
             observations, key, self.sampling, k=self.chai_samples, model_state=self.localize(policy),
-            max_length=self.pipeline.max_critic_length, row_ids=rows,
+            max_length=self.pipeline.max_critic_length, row_ids=rows, prompts=self.pipeline.policy_rows(observations),
         )
 
     def chai_texts(self, policy: nnx.State, target: nnx.State, observations: Sequence[str], key: jax.Array) -> list[str]:

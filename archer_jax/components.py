@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from archer_jax import agents, memory_plan
+from archer_jax import agents, memory_plan, prompts
 from archer_jax import sharding as shd
 from archer_jax.acting import Acting
 from archer_jax.distributed import host_share
@@ -33,6 +33,7 @@ from archer_jax.models import load_causal_lm, load_roberta, load_tokenizer
 from archer_jax.models.lora import LoRAConfig, apply_lora
 from archer_jax.models.tiny import model_directory
 from archer_jax.precision import compute_dtype
+from archer_jax.prompts import Prompter
 from archer_jax.replay import ReplayBuffer
 from archer_jax.sampling import Sampler, SamplingParams
 from archer_jax.step_metrics import StepMetrics
@@ -78,10 +79,11 @@ class Components:
         platform = self.mesh.devices.flat[0].platform
         self.learner = Learner(self.actor_module, critic, LearnerConfig(**c.learner), mesh=self.mesh, matmul_precision=precision,
                                micro_batch_limit=auto_limit(platform, c.batch_size))
+        prompter = Prompter(prompts.get(c.model.prompt_format), policy_tokenizer)
         self.pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, sampler.max_prompt_length, max_critic_length,
-                                      c.sampling.max_new_tokens)
+                                      c.sampling.max_new_tokens, prompter)
         self.acting = Acting(
-            sampler, self.pipeline, sampling=SamplingParams(**c.sampling),
+            sampler, self.pipeline, sampling=SamplingParams(**c.sampling, stop_strings=prompter.stop_strings),
             critic_graphdef=self.learner.critic_graphdef if critic is not None else None, chai_samples=c.chai_samples,
         )
         self.batch = c.batch_size * c.grad_accum_steps

@@ -42,6 +42,7 @@ from archer_jax.learners.critic import EMBEDDINGS
 from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
 from archer_jax.models import hub
 from archer_jax.models.layers import REMAT_POLICIES
+from archer_jax import prompts as prompt_formats
 from archer_jax.models.tiny import CAUSAL_KINDS, TINY_PREFIX
 from archer_jax.precision import DTYPES, MATMUL_PRECISIONS
 
@@ -109,6 +110,9 @@ def base_config() -> ml_collections.ConfigDict:
         # The policy's weights as loaded: float32, or bfloat16 (half the memory; for a LoRA policy,
         # whose trained adapters stay float32 master copies).
         param_dtype="float32",
+        # How observations become the policy's prompts and its utterances the env's actions
+        # (archer_jax/prompts.py): plain (the dialogue itself) | mistral_20q (the official archer_llm's).
+        prompt_format="plain",
         # LoRA on the policy (archer_jax/models/lora.py): rank 0 = off (every weight trains).
         lora=ml_collections.ConfigDict(dict(rank=0, alpha=32.0, dropout=0.0, targets="q_proj,k_proj,v_proj,o_proj")),
     ))
@@ -181,6 +185,7 @@ KEY_DOCS: dict[str, str] = {
     "model.remat": "activation checkpointing per block: none | dots (keep matmul outputs) | full (keep block inputs)",
     "model.max_prompt_length": "policy prompt tokens kept (from the end)",
     "model.max_critic_length": "critic tokens kept per text (from the end)",
+    "model.prompt_format": "observations -> prompts, utterances -> actions: plain | mistral_20q (archer_jax/prompts.py)",
     "model.param_dtype": "the policy's loaded weights: float32 | bfloat16 (LoRA adapters stay float32)",
     "model.lora.rank": "LoRA rank on the policy's projections (0 = off: every weight trains)",
     "model.lora.alpha": "LoRA scale numerator: adapters add (alpha / rank) * x A B",
@@ -399,6 +404,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     choice("model.matmul_precision", MATMUL_PRECISIONS)
     choice("model.remat", tuple(REMAT_POLICIES))
     choice("model.param_dtype", ("float32", "bfloat16"))
+    choice("model.prompt_format", tuple(prompt_formats.PROMPT_FORMATS))
     envs.check(c.env.name)
     _check_lora(c.model.lora)
     positive("iterations", "rollout_size", "eval_size", "capacity", "batch_size", "grad_accum_steps", "chai_samples",

@@ -32,7 +32,7 @@ FREE = (
     "mesh.fsdp", "mesh.tensor",
 )
 FIXED = (
-    "agent", "seed", "capacity", "env.name", "model.policy", "model.critic", "model.critic_embedding", "model.lora.",
+    "agent", "seed", "capacity", "env.name", "model.policy", "model.critic", "model.critic_embedding", "model.lora.", "model.prompt_format",
     "learner.actor_loss", "sft.",  # "sft.": every key of the warm start, which is done
 )
 

@@ -20,18 +20,25 @@ from typing import Any
 import numpy as np
 
 from archer_jax.models.tokenizer import action_rows, next_power_of_two, token_rows
+from archer_jax.prompts import PROMPT_FORMATS, Prompter
 from archer_jax.rollout import Episode
 
 
 @dataclasses.dataclass(frozen=True)
 class InputPipeline:
-    """The run's tokenizers and token limits; ``critic_tokenizer`` is None without a critic."""
+    """The run's tokenizers and token limits; ``critic_tokenizer`` is None without a critic;
+    ``prompter`` turns observations into the policy's prompts (default: the observation itself)."""
 
     policy_tokenizer: Any
     critic_tokenizer: Any | None
     max_prompt_length: int
     max_critic_length: int
     max_action_length: int
+    prompter: Prompter | None = None
+
+    def __post_init__(self):
+        if self.prompter is None:
+            object.__setattr__(self, "prompter", Prompter(PROMPT_FORMATS["plain"], self.policy_tokenizer))
 
     @property
     def action_bucket(self) -> int:
@@ -40,12 +47,18 @@ class InputPipeline:
         return next_power_of_two(self.max_action_length)
 
     def policy_rows(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Observations in policy token rows (left-truncated to ``max_prompt_length``)."""
-        return token_rows(self.policy_tokenizer, texts, max_length=self.max_prompt_length)
+        """Observations as the policy's prompts, in token rows (left-truncated to ``max_prompt_length``)."""
+        return token_rows(self.policy_tokenizer, [self.prompter.prompt(t) for t in texts], max_length=self.max_prompt_length,
+                          add_special_tokens=self.prompter.add_special_tokens)
 
     def action_rows(self, actions: Sequence[str]) -> list[np.ndarray]:
-        """Actions + the stop string in policy token rows, as the sampler produces them."""
-        return action_rows(self.policy_tokenizer, actions, max_action_length=self.max_action_length)
+        """The policy's utterances + the stop string in policy token rows, as the sampler produces them."""
+        return action_rows(self.policy_tokenizer, actions, stop_string=self.prompter.stop_strings[0],
+                           max_action_length=self.max_action_length)
+
+    def demonstration_rows(self, actions: Sequence[str]) -> list[np.ndarray]:
+        """Env actions of demonstrations (SFT) as the policy would say them, in token rows."""
+        return self.action_rows([self.prompter.policy_text(a) for a in actions])
 
     def critic_rows(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Texts in critic token rows (left-truncated to ``max_critic_length``)."""

@@ -56,12 +56,15 @@ def play(
     max_turns: int,
     progress: Callable[[int], None] | None = None,
     split: str = "train",
+    to_env: Callable[[str], str] | None = None,
 ) -> list[Episode]:
     """Plays one episode in each of the first ``len(seeds)`` envs of ``pool``, on ``split``'s
     tasks ("train", or "eval" for evaluations: see :mod:`archer_jax.envs.base`).
 
     Envs end their own episodes; any still running after ``max_turns`` turns is cut there as
     truncated, as is one whose action is None. ``progress(turn)`` is called after each turn.
+    ``to_env`` maps an utterance to the action the env receives (e.g. the question in a JSON
+    answer); the episode keeps the utterance itself.
     """
     n = len(seeds)
     if n > pool.num_envs:
@@ -78,7 +81,7 @@ def play(
             raise ValueError(f"act returned {len(actions)} actions for {len(running)} observations")
         step_actions: list[str | None] = [None] * pool.num_envs
         for i, action in zip(running, actions):
-            step_actions[i] = action
+            step_actions[i] = action if action is None or to_env is None else to_env(action)
         results = pool.step(step_actions)
         still = []
         for i, action in zip(running, actions):

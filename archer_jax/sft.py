@@ -125,7 +125,7 @@ def train(
     Returns the state and each step's metrics (host floats). ``progress(step, metrics)`` is
     called after every step.
     """
-    obs_rows, act_rows = pipeline.policy_rows(observations), pipeline.action_rows(actions)
+    obs_rows, act_rows = pipeline.policy_rows(observations), pipeline.demonstration_rows(actions)
     rng = np.random.default_rng([seed, 11])
     history = []
     for step in range(steps):

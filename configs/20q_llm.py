@@ -9,15 +9,18 @@ actor step per iteration, critic lr 1e-5, actor lr 2e-6, 20 warm-up iterations, 
 on the 10-object subset of Twenty Questions. The base weights load in bfloat16, sharded over the mesh
 (FSDP by default), and the adapters train in float32.
 
-Not reproduced: the official LoRA dropout 0.05 (config.model.lora.dropout must be 0 so far) and the
-official Mistral instruction template with its JSON action decoder (prompts here are the dialogue
-itself, as for GPT-2). The 20Q oracle is the embedded one (issue 23 brings the official T5 oracle).
+Prompts are the official agent's instruction (``model.prompt_format="mistral_20q"``,
+archer_jax/prompts.py) in the tokenizer's chat template; the env gets the question of the policy's
+JSON answer, decoded as the official code does. Not reproduced: the official LoRA dropout 0.05
+(config.model.lora.dropout must be 0 so far). The 20Q oracle is the embedded one (issue 23 brings
+the official T5 oracle).
 
 ``tiny_llm`` (or ``tiny``): a random tiny Llama-shaped policy (RMSNorm, RoPE, grouped-query attention, SwiGLU;
 built offline with its embedded tokenizer), the tiny RoBERTa critic, an SFT warm start on the
 scripted experts, and CPU-sized counts: it runs on a laptop CPU in minutes. Its random base has no
-pretraining for adapters to build on, so it trains every weight (LoRA rank 0). ``micro``: seconds,
-for tests, with LoRA on every projection (the 7B path: frozen base, adapters only).
+pretraining for adapters to build on, so it trains every weight (LoRA rank 0), on plain prompts (the
+long instruction would cost it most of its 256 prompt tokens). ``micro``: seconds, for tests, with
+LoRA on every projection and the official prompt format (the 7B path: frozen base, adapters only).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     c.model.policy = "mistralai/Mistral-7B-Instruct-v0.2"
     c.model.critic = "roberta-base"
     c.model.param_dtype = "bfloat16"
+    c.model.prompt_format = "mistral_20q"  # the official instruction, in the tokenizer's chat template
     c.model.remat = "full"
     c.model.lora.update(dict(rank=16, alpha=32.0, targets="q_proj,k_proj,v_proj,o_proj"))
     c.mesh.update(dict(data=1, fsdp=-1, tensor=1))
@@ -51,13 +55,13 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # A random tiny base has learned nothing for adapters to adjust (LoRA-only SFT moved its loss from
     # 62.9 to 60.8 in 300 steps): tiny_llm trains every weight; micro keeps LoRA, so tests run that path.
     tiny = {**TINY, "model.policy": "tiny:llama", "model.param_dtype": "float32", "model.remat": "none",
-            "model.lora.rank": 0,
+            "model.lora.rank": 0, "model.prompt_format": "plain",
             "mesh.fsdp": 1, "mesh.data": -1, "sampling.max_new_tokens": 32, "batch_size": 32, "grad_accum_steps": 1,
             "critic_steps": 10, "actor_steps": 3, "warmup_iter": 5, "iterations": 30, "rollout_size": 32,
             "eval_size": 32, "env.max_turns": 12, "learner.actor_lr": 1e-5,
             "sft.steps": 300, "sft.lr": 1e-3, "sft.batch_size": 32, "sft.dialogues": 256,
             "sft.experts": "optimal,random_order"}
-    micro = {"model.lora.rank": 16, "model.lora.targets": "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+    micro = {"model.lora.rank": 16, "model.prompt_format": "mistral_20q", "model.lora.targets": "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
              "rollout_size": 4, "eval_size": 4, "env.max_turns": 4, "sft.steps": 4, "sft.batch_size": 8,
              "sft.dialogues": 4}
     return with_preset(c, "micro" if preset == "micro" else "tiny", "configs/20q_llm.py", tiny=tiny, micro=micro)

@@ -16,7 +16,7 @@ LAYERS = [
     ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts"),
     ("models", "envs"),
     ("learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
-     "tensorboard_writer", "memory_plan", "history"),
+     "tensorboard_writer", "memory_plan", "history", "prompts"),
     ("acting", "sft"),
     ("agents",),
     ("components", "config", "config_changes", "preflight"),

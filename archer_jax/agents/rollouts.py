@@ -34,7 +34,8 @@ def _play(run: Components, agent: Agent, states: States, seeds: Sequence[int], k
     max_turns = run.config.env.max_turns
     with report.progress_bar(max_turns, label, "turn") as bar:  # tqdm on a terminal, else a line every 30 s
         mine = rollout.play(run.pool, act, [seeds[i] for i in share], max_turns=max_turns,
-                            progress=lambda t: bar.update(t - bar.n), split=split) if len(share) else []
+                            progress=lambda t: bar.update(t - bar.n), split=split,
+                            to_env=run.pipeline.prompter.env_action) if len(share) else []
     return concat_gathered(mine)
 
 
