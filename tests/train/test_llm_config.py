@@ -59,3 +59,37 @@ def test_micro_trains_the_adapters_only_and_resumes_exactly(tmp_path):
                     jax.tree.leaves((b[0].params, b[0].opt_state, b[1].params)), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert int(a[0].step) == c.actor_steps  # the actor stepped (iteration 2, after warm-up)
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices: XLA_FLAGS=--xla_force_host_platform_device_count=8")
+def test_the_official_setting_starts_on_a_mistral_directory(tmp_path):
+    """The official config unchanged but for the model names: a (small, random) Mistral directory
+    loads in bfloat16 straight into an FSDP mesh over 8 devices, gets LoRA on q/k/v/o, and the
+    sampler generates one batch of official-format prompts."""
+    import transformers
+
+    from archer_jax.models import tiny
+
+    tokenizer = tiny.train_tokenizer("llama", tmp_path / "mistral")
+    hf = transformers.MistralForCausalLM(transformers.MistralConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=1024, sliding_window=None, bos_token_id=0, eos_token_id=0))
+    hf.save_pretrained(tmp_path / "mistral")
+    c = config("")
+    c.model.policy, c.model.critic = str(tmp_path / "mistral"), "tiny:roberta"
+    c.env.workers = 0
+    run = Components(c, tmp_path / "run")
+    try:
+        policy = run.actor_module.policy
+        gate = policy.layers[0].mlp.gate_proj.kernel[...]
+        assert gate.dtype == jax.numpy.bfloat16 and gate.sharding.spec[0] == "fsdp"
+        assert len(gate.sharding.device_set) == 8
+        states = run.init_states()
+        assert {x.dtype for x in jax.tree.leaves(states.actor.params)} == {np.dtype("float32")}  # adapters
+        observations = ["Questions:\n", "Questions:\nIs the object alive? No.\n"]
+        texts = run.acting.sample(run.policy(states), observations, jax.random.key(0))
+        assert len(texts) == 2 and all(isinstance(t, str) for t in texts)
+        (prompt,) = run.pipeline.policy_rows(observations[:1])
+        assert "[INST] Please play Twenty Questions" in run.pipeline.policy_tokenizer.decode(prompt)
+    finally:
+        run.close()
