@@ -77,7 +77,9 @@ class Components:
         self._encoder_config = encoder.config if critic is not None else None
         self._compute_bytes = dtype.itemsize
         platform = self.mesh.devices.flat[0].platform
+        critic_rules = shd.REPLICATED_RULES if c.model.critic_sharding == "replicated" else shd.DEFAULT_RULES
         self.learner = Learner(self.actor_module, critic, LearnerConfig(**c.learner), mesh=self.mesh, matmul_precision=precision,
+                               critic_rules=critic_rules,
                                micro_batch_limit=auto_limit(platform, c.batch_size))
         prompter = Prompter(prompts.get(c.model.prompt_format), policy_tokenizer)
         self.pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, sampler.max_prompt_length, max_critic_length,

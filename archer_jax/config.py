@@ -100,6 +100,10 @@ def base_config() -> ml_collections.ConfigDict:
         policy="gpt2",  # hub name, HF-format directory, or tiny:gpt2 / tiny:llama
         critic="roberta-base",  # hub name, HF-format directory, or tiny:roberta
         critic_embedding="pooler",  # pooler | first_token
+        # The critic's parameters over the mesh: "mesh" (split by their logical axes, as the policy's)
+        # or "replicated" (a whole copy on each device, the batch still split: a small critic beside
+        # a large FSDP-sharded policy then needs no parameter gathers).
+        critic_sharding="mesh",
         dtype="auto",  # compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32 | bfloat16
         matmul_precision="default",  # float32 matmuls: default | high | highest (archer_jax/precision.py)
         # Activation checkpointing in training passes, per transformer block: none | dots (keep the
@@ -186,6 +190,7 @@ KEY_DOCS: dict[str, str] = {
     "model.max_prompt_length": "policy prompt tokens kept (from the end)",
     "model.max_critic_length": "critic tokens kept per text (from the end)",
     "model.prompt_format": "observations -> prompts, utterances -> actions: plain | mistral_20q (archer_jax/prompts.py)",
+    "model.critic_sharding": "the critic's parameters: mesh (split like the policy's) | replicated (whole on each device)",
     "model.param_dtype": "the policy's loaded weights: float32 | bfloat16 (LoRA adapters stay float32)",
     "model.lora.rank": "LoRA rank on the policy's projections (0 = off: every weight trains)",
     "model.lora.alpha": "LoRA scale numerator: adapters add (alpha / rank) * x A B",
@@ -404,6 +409,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     choice("model.matmul_precision", MATMUL_PRECISIONS)
     choice("model.remat", tuple(REMAT_POLICIES))
     choice("model.param_dtype", ("float32", "bfloat16"))
+    choice("model.critic_sharding", ("mesh", "replicated"))
     choice("model.prompt_format", tuple(prompt_formats.PROMPT_FORMATS))
     envs.check(c.env.name)
     _check_lora(c.model.lora)

@@ -42,6 +42,11 @@ DEFAULT_RULES: Rules = (
 )
 
 
+# Every parameter whole on every device (the batch still split): a small network beside a large
+# sharded one, e.g. the RoBERTa critic beside a 7B policy on an FSDP mesh (config.model.critic_sharding).
+REPLICATED_RULES: Rules = tuple((name, BATCH_AXES if name == "batch" else None) for name, _ in DEFAULT_RULES)
+
+
 def mesh_shape(data: int = -1, fsdp: int = 1, tensor: int = 1, *, num_devices: int) -> dict[str, int]:
     """The ``{data, fsdp, tensor}`` sizes of a mesh over ``num_devices`` devices (``-1`` takes
     what is left), or a one-line ``ValueError`` saying why they do not fit."""

@@ -46,6 +46,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     c.model.remat = "full"
     c.model.lora.update(dict(rank=16, alpha=32.0, targets="q_proj,k_proj,v_proj,o_proj"))
     c.mesh.update(dict(data=1, fsdp=-1, tensor=1))
+    c.model.critic_sharding = "replicated"  # the 125M critic whole on each device, the 7B policy split
     c.sampling.max_new_tokens = 64
     c.update(dict(rollout_size=32, eval_size=32, capacity=100_000, batch_size=4, grad_accum_steps=64, critic_steps=20,
                   actor_steps=1, warmup_iter=20, iterations=2000))
@@ -55,7 +56,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     # A random tiny base has learned nothing for adapters to adjust (LoRA-only SFT moved its loss from
     # 62.9 to 60.8 in 300 steps): tiny_llm trains every weight; micro keeps LoRA, so tests run that path.
     tiny = {**TINY, "model.policy": "tiny:llama", "model.param_dtype": "float32", "model.remat": "none",
-            "model.lora.rank": 0, "model.prompt_format": "plain",
+            "model.lora.rank": 0, "model.prompt_format": "plain", "model.critic_sharding": "mesh",
             "mesh.fsdp": 1, "mesh.data": -1, "sampling.max_new_tokens": 32, "batch_size": 32, "grad_accum_steps": 1,
             "critic_steps": 10, "actor_steps": 3, "warmup_iter": 5, "iterations": 30, "rollout_size": 32,
             "eval_size": 32, "env.max_turns": 12, "learner.actor_lr": 1e-5,

@@ -77,6 +77,7 @@ class Learner:
         *,
         mesh: Mesh | None = None,
         rules: shd.Rules = shd.DEFAULT_RULES,
+        critic_rules: shd.Rules | None = None,
         matmul_precision: str | None = None,
         micro_batch_limit: int | None = None,
     ):
@@ -86,6 +87,7 @@ class Learner:
         self.config = config
         self.mesh = mesh if mesh is not None else shd.single_device_mesh()
         self.rules = rules
+        self.critic_rules = rules if critic_rules is None else critic_rules  # e.g. shd.REPLICATED_RULES
         self.matmul_precision = matmul_precision  # None: the ambient jax.default_matmul_precision
         # With LoRA adapters the policy's other weights are frozen: kept out of the gradients and
         # the optimizer, held once on the mesh, and attached to every actor state (TrainState.frozen).
@@ -110,7 +112,8 @@ class Learner:
                                     limit=micro_batch_limit, donate_argnums=(0,))
         if critic is not None:  # filtered BC trains the actor alone
             self.critic_graphdef, self._critic_params = train_state.split_params(critic)
-            self.critic_shardings = self._shardings(self._critic_params, self.critic_tx, with_target=True)
+            self.critic_shardings = self._shardings(self._critic_params, self.critic_tx, with_target=True,
+                                                    rules=self.critic_rules)
             self._critic_step = program(
                 self._traced(archer.critic_step, self.critic_graphdef, self.critic_tx, c.gamma, c.tau),
                 in_shardings=(self.critic_shardings, critic_batch),
@@ -137,9 +140,10 @@ class Learner:
         names = ("critic_step", "actor_step", "bc_step") if self.has_critic else ("bc_step",)
         return {name: getattr(self, f"_{name}") for name in names}
 
-    def _shardings(self, params: nnx.State, tx: optax.GradientTransformation, with_target: bool) -> TrainState:
+    def _shardings(self, params: nnx.State, tx: optax.GradientTransformation, with_target: bool,
+                   rules: shd.Rules | None = None) -> TrainState:
         abstract = jax.eval_shape(functools.partial(train_state.create, tx=tx, with_target=with_target), params)
-        return train_state.shardings(abstract, tx, self.mesh, self.rules)
+        return train_state.shardings(abstract, tx, self.mesh, self.rules if rules is None else rules)
 
     def batch_sharding(self, ndim: int) -> NamedSharding:
         """``[batch, ...]``: the batch axis over the mesh's data axes."""

@@ -71,6 +71,22 @@ def test_sharded_steps_match_one_device(shape, tiny_dirs, tokenizers, one_device
     assert any(len(x.sharding.device_set) == 8 and not x.sharding.is_fully_replicated for x in mu) == (shape != (8, 1, 1))
 
 
+def test_a_replicated_critic_beside_a_sharded_policy_steps_as_on_one_device(tiny_dirs, tokenizers, one_device):
+    """critic_rules=REPLICATED_RULES: on an FSDP mesh the policy is split, the critic whole on
+    every device; the steps compute what one device does."""
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 devices: XLA_FLAGS=--xla_force_host_platform_device_count=8 (set by conftest)")
+    actor, critic = make_modules(tiny_dirs)
+    learner = learners.Learner(actor, critic, MESH_CONFIG, mesh=sharding.make_mesh(1, 8, 1),
+                               critic_rules=sharding.REPLICATED_RULES)
+    critic_state, _ = learner.critic_step(learner.init_critic(), critic_batch(tokenizers))
+    actor_state, _ = learner.actor_step(learner.init_actor(), critic_state.params, actor_batch(tokenizers))
+    assert max_rel_err(as_numpy((critic_state.params, critic_state.target, actor_state.params)), one_device[0]) < 1e-5
+    assert all(x.sharding.is_fully_replicated for x in jax.tree.leaves((critic_state.params, critic_state.opt_state)))
+    wte = actor_state.params["policy"]["wte"]["embedding"]
+    assert not wte.sharding.is_fully_replicated and len(wte.sharding.device_set) == 8
+
+
 def test_each_step_changes_only_its_own_network(tiny_dirs, tokenizers):
     actor, critic = make_modules(tiny_dirs)
     learner = learners.Learner(actor, critic, CONFIG)
