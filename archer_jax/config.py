@@ -194,7 +194,7 @@ KEY_DOCS: dict[str, str] = {
     "model.param_dtype": "the policy's loaded weights: float32 | bfloat16 (LoRA adapters stay float32)",
     "model.lora.rank": "LoRA rank on the policy's projections (0 = off: every weight trains)",
     "model.lora.alpha": "LoRA scale numerator: adapters add (alpha / rank) * x A B",
-    "model.lora.dropout": "LoRA dropout on the adapters' input (only 0 is supported by the learner steps so far)",
+    "model.lora.dropout": "LoRA dropout on the adapters' input in training steps (PEFT's lora_dropout)",
     "model.lora.targets": "comma-separated projections (PEFT names: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)",
     "env.name": "the env: a name in archer_jax.envs.registry, or package.module:factory",
     "env.options": "extra keyword arguments for the env (e.g. env.options.game_path for detective)",
@@ -323,9 +323,8 @@ def _check_lora(lora: ml_collections.ConfigDict) -> None:
         return
     if not (math.isfinite(lora.alpha) and lora.alpha > 0):
         raise ConfigError(f"config.model.lora.alpha: must be > 0, got {lora.alpha}")
-    if lora.dropout != 0:  # nnx.Dropout's RNG state would have to be threaded through the jitted steps
-        raise ConfigError(f"config.model.lora.dropout: only 0 is supported by the learner steps so far, got {lora.dropout} "
-                          "(the official archer_llm's 0.05 is not reproduced)")
+    if not 0 <= lora.dropout < 1:
+        raise ConfigError(f"config.model.lora.dropout: must be in [0, 1), got {lora.dropout}")
     if not [t for t in lora.targets.split(",") if t.strip()]:
         raise ConfigError("config.model.lora.targets: name at least one projection (e.g. q_proj,v_proj)")
 

@@ -26,7 +26,7 @@ def device_bytes(tree: Any) -> int:
     """Bytes of one device's shard of every array in ``tree`` (the largest shard where they differ)."""
     total = 0
     for leaf in jax.tree.leaves(tree):
-        if not hasattr(leaf, "shape"):
+        if not hasattr(leaf, "shape") or jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
             continue
         shape = leaf.sharding.shard_shape(leaf.shape) if isinstance(leaf, jax.Array) else leaf.shape
         total += math.prod(shape) * np.dtype(leaf.dtype).itemsize

@@ -3,17 +3,16 @@
     python -m archer_jax.train --config=configs/20q_llm.py --workdir=runs/20q_llm
     python -m archer_jax.train --config=configs/20q_llm.py:tiny_llm --workdir=runs/20q_llm_tiny
 
-The official setting: policy ``mistralai/Mistral-7B-Instruct-v0.2`` with LoRA (r 16, alpha 32, on
-q/k/v/o), max_new_tokens 64, 32 rollouts, batch 4 x 64 accumulation steps, 20 critic steps and one
+The official setting: policy ``mistralai/Mistral-7B-Instruct-v0.2`` with LoRA (r 16, alpha 32,
+dropout 0.05, on q/k/v/o), max_new_tokens 64, 32 rollouts, batch 4 x 64 accumulation steps, 20 critic steps and one
 actor step per iteration, critic lr 1e-5, actor lr 2e-6, 20 warm-up iterations, RoBERTa-base critic,
 on the 10-object subset of Twenty Questions. The base weights load in bfloat16, sharded over the mesh
 (FSDP by default), and the adapters train in float32.
 
 Prompts are the official agent's instruction (``model.prompt_format="mistral_20q"``,
 archer_jax/prompts.py) in the tokenizer's chat template; the env gets the question of the policy's
-JSON answer, decoded as the official code does. Not reproduced: the official LoRA dropout 0.05
-(config.model.lora.dropout must be 0 so far). The 20Q oracle is the embedded one (issue 23 brings
-the official T5 oracle).
+JSON answer, decoded as the official code does. The 20Q oracle is the embedded one (issue 23
+brings the official T5 oracle).
 
 ``tiny_llm`` (or ``tiny``): a random tiny Llama-shaped policy (RMSNorm, RoPE, grouped-query attention, SwiGLU;
 built offline with its embedded tokenizer), the tiny RoBERTa critic, an SFT warm start on the
@@ -44,7 +43,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     c.model.param_dtype = "bfloat16"
     c.model.prompt_format = "mistral_20q"  # the official instruction, in the tokenizer's chat template
     c.model.remat = "full"
-    c.model.lora.update(dict(rank=16, alpha=32.0, targets="q_proj,k_proj,v_proj,o_proj"))
+    c.model.lora.update(dict(rank=16, alpha=32.0, dropout=0.05, targets="q_proj,k_proj,v_proj,o_proj"))
     c.mesh.update(dict(data=1, fsdp=-1, tensor=1))
     c.model.critic_sharding = "replicated"  # the 125M critic whole on each device, the 7B policy split
     c.sampling.max_new_tokens = 64

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from archer_jax import config as config_lib
+
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
@@ -132,4 +134,18 @@ def test_unknown_keys_name_the_closest_known_key():
     c.learner.critic_lrr = 1e-4
     with pytest.raises(config_lib.ConfigError,
                        match=r"^config.learner.critic_lrr: unknown config key; did you mean learner.critic_lr\?$"):
+        config_lib.validate(c)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("rank", -1, "config.model.lora.rank: must be >= 0"),
+    ("alpha", 0.0, "config.model.lora.alpha: must be > 0"),
+    ("dropout", 1.0, r"config.model.lora.dropout: must be in \[0, 1\)"),
+    ("targets", " , ", "config.model.lora.targets: name at least one projection"),
+])
+def test_lora_keys_are_checked(key, value, message):
+    c = config_lib.base_config()
+    c.model.policy, c.model.critic, c.model.lora.rank = "tiny:llama", "tiny:roberta", 4
+    c.model.lora[key] = value
+    with pytest.raises(config_lib.ConfigError, match=message):
         config_lib.validate(c)

@@ -87,7 +87,7 @@ def actor_step(
 
     def loss_fn(params: nnx.State, b: ActorBatch):
         adv = advantage(critic(b.critic_observation, b.critic_action))  # min Q(s, a_π) - min V(s)
-        token_logprobs, baseline = merged(graphdef, params, state.frozen)(b.observation, b.action)
+        token_logprobs, baseline = merged(graphdef, params, state.frozen, state.step)(b.observation, b.action)
         mask = b.action.mask.astype(jnp.float32)
         return actor_loss(registry.PolicyTerms(adv, token_logprobs, mask, baseline, token_count))
 

@@ -26,7 +26,7 @@ def bc_step(
     ``micro_batches`` scanned micro-batches."""
 
     def loss_fn(params: nnx.State, b: BCBatch):
-        token_logprobs, _ = merged(graphdef, params, state.frozen)(b.observation, b.action)
+        token_logprobs, _ = merged(graphdef, params, state.frozen, state.step)(b.observation, b.action)
         return losses.bc_nll_loss(token_logprobs, b.action.mask.astype(jnp.float32))
 
     grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch, micro_batches)

@@ -66,23 +66,42 @@ def split_params(module: nnx.Module) -> tuple[nnx.GraphDef, nnx.State]:
 
 
 def split_trainable(module: nnx.Module) -> tuple[nnx.GraphDef, nnx.State, nnx.State | None]:
-    """(graph, trained parameters, frozen parameters) of ``module``.
+    """(graph, trained parameters, frozen state) of ``module``.
 
     With LoRA adapters (``nnx.LoRAParam``) in ``module.policy``, the policy trains its adapters
-    only: its other parameters are frozen; parameters outside the policy (a value head) train.
+    only: its other parameters are frozen, with the adapters' dropout streams (``nnx.RngState``,
+    reseeded at every step: :func:`merged`); parameters outside the policy (a value head) train.
     Without adapters every parameter trains and ``frozen`` is None.
     """
-    graphdef, params = split_params(module)
     if not jax.tree.leaves(nnx.state(module, nnx.LoRAParam)):
+        graphdef, params = split_params(module)
         return graphdef, params, None
-    in_policy = nnx.All(nnx.PathContains("policy"), nnx.Not(nnx.LoRAParam))
-    graphdef, frozen, trained = nnx.split(module, in_policy, ...)
+    in_policy = nnx.Any(nnx.All(nnx.PathContains("policy"), nnx.Param, nnx.Not(nnx.LoRAParam)), nnx.RngState)
+    graphdef, frozen, trained, rest = nnx.split(module, in_policy, nnx.Param, ...)
+    if jax.tree.leaves(rest):
+        raise ValueError(f"{type(module).__name__} has variables that are neither parameters nor dropout streams")
     return graphdef, trained, frozen
 
 
-def merged(graphdef: nnx.GraphDef, params: nnx.State, frozen: nnx.State | None) -> nnx.Module:
-    """The module of ``graphdef`` with its trained and (if any) frozen parameters."""
-    return nnx.merge(graphdef, params) if frozen is None else nnx.merge(graphdef, params, frozen)
+def _is_key(x) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def merged(graphdef: nnx.GraphDef, params: nnx.State, frozen: nnx.State | None, step: Array | None = None) -> nnx.Module:
+    """The module of ``graphdef`` with its trained and (if any) frozen parameters.
+
+    With ``step`` and dropout streams in ``frozen`` (LoRA dropout), the module is in training mode
+    and each stream's key is folded with ``step``: fresh masks every optimizer step, the same for a
+    given step (a resumed run draws what an uninterrupted one does). Micro-batches of one step share
+    the masks' pattern.
+    """
+    if frozen is None:
+        return nnx.merge(graphdef, params)
+    keyed = step is not None and any(_is_key(x) for x in jax.tree.leaves(frozen))
+    if keyed:
+        frozen = jax.tree.map(lambda x: jax.random.fold_in(x, step) if _is_key(x) else x, frozen)
+    module = nnx.merge(graphdef, params, frozen)
+    return nnx.view(module, only=nnx.Dropout, deterministic=False) if keyed else module
 
 
 def create(params: nnx.State, tx: optax.GradientTransformation, *, with_target: bool = False) -> TrainState:

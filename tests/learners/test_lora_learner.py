@@ -105,3 +105,24 @@ def test_checkpoints_hold_the_adapters_not_the_base(llama_dir, tmp_path):
     restored, _, _, _ = checkpoints.restore(1, actor=fresh, critic=None)
     jax.tree.map(np.testing.assert_array_equal, host(restored.params), host(state.params))
     assert restored.frozen is fresh.frozen
+
+
+def test_lora_dropout_masks_the_adapters_input_afresh_each_step(llama_dir):
+    """PEFT's lora_dropout in the training steps: the loss of a step differs from the deterministic
+    loss, differs between steps of the same parameters, and is the same for the same step (resume)."""
+    policy = models.load_causal_lm(llama_dir)
+    lora.apply_lora(policy, lora.LoRAConfig(rank=4, alpha=8.0, dropout=0.5), rngs=nnx.Rngs(1))
+    graphdef, params, frozen = train_state.split_trainable(learners.Actor(policy))
+    params = jax.tree.map(lambda x: x + 0.05, params)  # B != 0, so the adapters' input matters
+    batch = bc_batch(llama_dir)
+
+    def loss(step):
+        token_logprobs, _ = train_state.merged(graphdef, params, frozen, step)(batch.observation, batch.action)
+        return float(bc.losses.bc_nll_loss(token_logprobs, batch.action.mask.astype(np.float32))[0])
+
+    deterministic, first, second = loss(None), loss(np.int32(0)), loss(np.int32(1))
+    assert len({round(x, 4) for x in (deterministic, first, second)}) == 3
+    assert loss(np.int32(1)) == second
+    learner = learners.Learner(learners.Actor(policy), None, CONFIG)  # the learner runs it too
+    state, metrics = learner.bc_step(learner.init_actor(), batch)
+    assert int(metrics["skipped"]) == 0 and np.isfinite(float(metrics["loss"]))

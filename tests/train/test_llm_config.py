@@ -27,7 +27,8 @@ def config(preset: str):
 def test_the_official_setting_is_archer_llm():
     c = config("")
     assert c.model.policy == "mistralai/Mistral-7B-Instruct-v0.2" and c.model.critic == "roberta-base"
-    assert (c.model.lora.rank, c.model.lora.alpha, c.model.lora.targets) == (16, 32.0, "q_proj,k_proj,v_proj,o_proj")
+    assert (c.model.lora.rank, c.model.lora.alpha, c.model.lora.dropout, c.model.lora.targets) == (
+        16, 32.0, 0.05, "q_proj,k_proj,v_proj,o_proj")
     assert (c.sampling.max_new_tokens, c.rollout_size, c.batch_size, c.grad_accum_steps) == (64, 32, 4, 64)
     assert (c.critic_steps, c.actor_steps, c.warmup_iter) == (20, 1, 20)
     assert (c.learner.critic_lr, c.learner.actor_lr, c.model.param_dtype) == (1e-5, 2e-6, "bfloat16")
