@@ -14,7 +14,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from archer_jax import rollout
+from archer_jax import prompts, rollout
 from archer_jax.agents import rollouts
 from archer_jax.envs import registry
 from archer_jax.envs.base import EnvError
@@ -46,7 +46,8 @@ def _run(url: str, rollout_size: int = 16, eval_size: int = 10) -> types.SimpleN
 
     config = ml_collections.ConfigDict(dict(seed=0, rollout_size=rollout_size, eval_size=eval_size, env=dict(max_turns=1)))
     pool = EnvPool(functools.partial(WebShop, url, train_goals=TRAIN, eval_goals=EVAL), max(rollout_size, eval_size))
-    return types.SimpleNamespace(config=config, pool=pool, key_for=lambda *path: jax.random.key(0))
+    pipeline = types.SimpleNamespace(prompter=prompts.Prompter(prompts.get("plain"), tokenizer=None))  # actions as said
+    return types.SimpleNamespace(config=config, pool=pool, pipeline=pipeline, key_for=lambda *path: jax.random.key(0))
 
 
 class _Searcher:
