@@ -178,3 +178,16 @@ def layer_norm(
         use_fast_variance=False,
         rngs=rngs,
     )
+
+
+def rms_norm(features: int, *, epsilon: float, dtype: DType, param_dtype: DType, rngs: nnx.Rngs) -> nnx.RMSNorm:
+    """RMSNorm over the last axis (statistics in float32), annotated scale."""
+    return nnx.RMSNorm(
+        features,
+        epsilon=epsilon,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        scale_init=annotated(nnx.initializers.ones_init(), ("embed",)),
+        use_fast_variance=False,
+        rngs=rngs,
+    )

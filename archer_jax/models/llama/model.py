@@ -21,7 +21,7 @@ from flax import nnx
 from archer_jax.models.attention import KVCache, MultiHeadAttention
 from archer_jax.models.causal_lm import CausalLMOutput, attention_inputs, run_layers, vocabulary_logits
 from archer_jax.models.config import HFConfig
-from archer_jax.models.layers import DType, activation, annotated, check_remat, dense, embedding
+from archer_jax.models.layers import DType, activation, check_remat, dense, embedding, rms_norm
 from archer_jax.models.rope import RopeScaling, apply_rotary, inverse_frequencies
 
 Array = jax.Array
@@ -44,7 +44,6 @@ class LlamaConfig(HFConfig):
 
     model_type: ClassVar[str] = "llama"
     architecture: ClassVar[str] = "LlamaForCausalLM"
-    qkv_bias_default: ClassVar[bool] = False
 
     vocab_size: int = 32000
     hidden_size: int = 4096
@@ -96,7 +95,6 @@ class LlamaConfig(HFConfig):
         if isinstance(rope, dict) and rope:
             config.setdefault("rope_theta", rope.get("rope_theta", cls.rope_theta))
         config["rope_scaling"] = RopeScaling.from_hf(config.get("rope_scaling") or rope or None)
-        config.setdefault("attention_bias", cls.qkv_bias_default)
         return super().from_hf_dict(config)
 
     def to_hf_dict(self) -> dict[str, Any]:
@@ -143,12 +141,10 @@ class Qwen2Config(LlamaConfig):
 
     model_type: ClassVar[str] = "qwen2"
     architecture: ClassVar[str] = "Qwen2ForCausalLM"
-    qkv_bias_default: ClassVar[bool] = True
 
     vocab_size: int = 151936
     intermediate_size: int = 22016
     max_position_embeddings: int = 32768
-    rope_theta: float = 10000.0
     attention_bias: bool = True
     use_sliding_window: bool = False
     max_window_layers: int = 28
@@ -161,19 +157,6 @@ class Qwen2Config(LlamaConfig):
             "sliding_attention" if windowed and i >= self.max_window_layers else "full_attention"
             for i in range(self.num_hidden_layers)
         )
-
-
-def rms_norm(features: int, *, epsilon: float, dtype: DType, param_dtype: DType, rngs: nnx.Rngs) -> nnx.RMSNorm:
-    """RMSNorm over the last axis (statistics in float32), annotated scale."""
-    return nnx.RMSNorm(
-        features,
-        epsilon=epsilon,
-        dtype=dtype,
-        param_dtype=param_dtype,
-        scale_init=annotated(nnx.initializers.ones_init(), ("embed",)),
-        use_fast_variance=False,
-        rngs=rngs,
-    )
 
 
 class LlamaMLP(nnx.Module):
