@@ -50,6 +50,7 @@ episode ended raises :class:`~archer_jax.envs.base.EnvError` (the contract of
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from pathlib import Path
@@ -115,17 +116,19 @@ def _import_jericho():
     try:
         import jericho
         import jericho.defines
-        import jericho.util
+        # Not ``jericho.util``: jericho's package namespace takes ``from ctypes import *``, so once
+        # anything has imported ctypes.util, the attribute ``jericho.util`` is ctypes.util.
+        util = importlib.import_module("jericho.util")
     except ImportError as e:
         raise ImportError(f"Detective needs the jericho package: {_INSTALL_HINT}") from e
     # jericho.util._load_spacy() loads "en_core_web_sm" (not on PyPI; it would try to download
     # it) unless the module global ``spacy_nlp`` already exists.
-    if getattr(jericho.util, "spacy_nlp", None) is None:
+    if getattr(util, "spacy_nlp", None) is None:
         try:
             import spacy
         except ImportError as e:
             raise ImportError(f"Detective needs spacy for jericho's valid actions: {_INSTALL_HINT}") from e
-        jericho.util.spacy_nlp = spacy.blank("en")
+        util.spacy_nlp = spacy.blank("en")
     return jericho
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -239,3 +240,21 @@ def test_missing_jericho_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "jericho.util", None)
     with pytest.raises(ImportError, match=r'pip install -e "\.\[detective\]"'):
         Detective(game)
+
+
+def test_valid_actions_when_ctypes_util_was_imported_first(jericho):
+    # jericho's package namespace takes ``from ctypes import *``: once ctypes.util is imported
+    # (many libraries do), ``jericho.util`` names ctypes.util, and a spaCy patch set through that
+    # attribute missed jericho's real util module, which then tried to download en_core_web_sm.
+    script = (
+        "import ctypes.util, socket, sys\n"
+        "def no_network(*a, **k): raise OSError('network used')\n"
+        "socket.getaddrinfo = socket.create_connection = no_network\n"
+        "from archer_jax.envs.detective import Detective\n"
+        f"env = Detective({str(GAME)!r})\n"
+        "env.reset()\n"
+        "print(len(env.step('take paper').info.extra['valid_actions']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) > 0
