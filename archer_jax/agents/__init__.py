@@ -4,16 +4,18 @@ iteration's updates (:class:`~archer_jax.agents.agent.Agent`).
     agent = agents.get("archer")
     states, seconds = agent.learn(run, states, replay, iteration)
 
-A new algorithm (offline ArCHer, PPO, GRPO) is a module with an ``AGENT`` and a line here, or
+Offline agents (``offline_archer``, ``offline_bc``, ``offline_filtered_bc``) learn from a dataset
+(:mod:`archer_jax.data`) and only evaluate in the envs. A new algorithm (PPO, GRPO) is a module with an ``AGENT`` and a line here, or
 :func:`register` from the user's own code.
 """
 
 from __future__ import annotations
 
-from archer_jax.agents import archer, chai, filtered_bc
+from archer_jax.agents import archer, chai, filtered_bc, offline_archer, offline_bc
 from archer_jax.agents.agent import Agent
 
-AGENTS: dict[str, Agent] = {a.name: a for a in (archer.AGENT, chai.AGENT, filtered_bc.AGENT)}
+AGENTS: dict[str, Agent] = {a.name: a for a in (archer.AGENT, chai.AGENT, filtered_bc.AGENT, offline_archer.AGENT,
+                                                offline_bc.BC, offline_bc.FILTERED_BC)}
 
 
 def register(agent: Agent) -> None:

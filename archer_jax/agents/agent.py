@@ -30,13 +30,15 @@ class Agent:
     the envs; ``rows`` are the observations' global game numbers (each dialogue's samples are keyed
     by its game). ``learn(run, states, replay, iteration)`` runs one iteration's updates and returns the
     new states with the seconds each phase took (``{"critic": ..., "actor": ...}``).
-    ``needs_critic``: whether the run builds the double critic.
+    ``needs_critic``: whether the run builds the double critic. ``offline``: it learns from a fixed
+    dataset (:mod:`archer_jax.data`) instead of its own rollouts; the envs only evaluate it.
     """
 
     name: str
     act: Act
     learn: Learn
     needs_critic: bool = True
+    offline: bool = False
 
 
 def timed(fn, *args):

@@ -23,18 +23,26 @@ if TYPE_CHECKING:
 
 def learn(run: Components, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
     """``bc_steps`` BC steps on the transitions of the best trajectories in the buffer."""
-    states, seconds = timed(bc_updates, run, states, replay)
+    states, seconds = timed(bc_updates, run, states, replay, run.config.filtered_bc_fraction)
     return states, {"critic": 0.0, "actor": seconds}
 
 
-def bc_updates(run: Components, states: States, replay: ReplayBuffer) -> States:
-    """The BC steps of one iteration (see :func:`learn`)."""
-    c, pipeline = run.config, run.pipeline
+def best_positions(replay: ReplayBuffer, fraction: float) -> np.ndarray:
+    """The positions of the transitions of ``replay``'s episodes whose return is in the top
+    ``fraction`` (all of them for 1.0)."""
     episode = replay.columns["episode"][: len(replay)]
+    if fraction >= 1.0:
+        return np.arange(len(replay))
     returns = replay.columns["episode_return"][: len(replay)]
     numbers, first = np.unique(episode, return_index=True)
-    keep = numbers[filtered_bc_mask(returns[first], c.filtered_bc_fraction)]
-    positions = np.flatnonzero(np.isin(episode, keep))
+    keep = numbers[filtered_bc_mask(returns[first], fraction)]
+    return np.flatnonzero(np.isin(episode, keep))
+
+
+def bc_updates(run: Components, states: States, replay: ReplayBuffer, fraction: float) -> States:
+    """The BC steps of one iteration on the transitions of the top ``fraction`` of episodes."""
+    c, pipeline = run.config, run.pipeline
+    positions = best_positions(replay, fraction)
     actor = states.actor
     for _ in range(c.bc_steps):
         sample = replay.sample_from(positions, run.batch)

@@ -28,7 +28,7 @@ from archer_jax.models.tokenizer import Tokens
 Array = jax.Array
 
 
-def _embed_both(critic, first: Tokens, second: Tokens) -> tuple[Array, Array]:
+def embed_both(critic, first: Tokens, second: Tokens) -> tuple[Array, Array]:
     """The critic's embeddings of two token batches of one length bucket, in one encoder pass."""
     both = Tokens(jnp.concatenate([first.ids, second.ids]), jnp.concatenate([first.mask, second.mask]))
     return jnp.split(critic.embed(both), 2)
@@ -50,11 +50,19 @@ def critic_step(
 
     def loss_fn(params: nnx.State, b: CriticBatch):
         online = nnx.merge(graphdef, params)(b.observation, b.action)  # Q_i(s, a), V_i(s)
-        e_s, e_next = _embed_both(target, b.observation, b.next_observation)  # ē(s), ē(s'): one encoder pass
+        e_s, e_next = embed_both(target, b.observation, b.next_observation)  # ē(s), ē(s'): one encoder pass
         q_targets = td_targets(b.reward, b.terminal, *target.v_values(e_next), gamma)  # r + γ(1-done) V̄_i(s')
         v_targets = target.q_values(e_s, target.embed(b.pi_action))  # Q̄_i(s, a_π)
         return losses.critic_loss(online, q_targets, v_targets)
 
+    return critic_update(tx, tau, state, batch, loss_fn, micro_batches)
+
+
+def critic_update(tx: optax.GradientTransformation, tau: float, state: TrainState, batch, loss_fn,
+                  micro_batches: int) -> tuple[TrainState, dict[str, Array]]:
+    """What every double-critic step shares once its loss is given: gradients over the scanned
+    micro-batches, Adam, Polyak on the target, the non-finite guard and the metrics.
+    ``loss_fn(params, micro_batch) -> (loss, aux)`` with :func:`~archer_jax.learners.losses.critic_loss`'s aux."""
     grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch, micro_batches)
     params, opt_state = adam_update(state, tx, grads)
     target_params = polyak(state.target, params, tau)
@@ -76,11 +84,15 @@ def actor_step(
     batch: ActorBatch,
     *,
     micro_batches: int = 1,
+    loss_options: tuple[tuple[str, float], ...] = (),
 ) -> tuple[TrainState, dict[str, Array]]:
-    """One actor step on the advantage of a fresh ``a_π`` under the online critic (unchanged here),
-    with the registered actor loss ``loss_name``, over ``micro_batches`` scanned micro-batches."""
+    """One actor step on the advantage of the batch's action (ArCHer: a fresh ``a_π``; offline
+    ArCHer: the dataset's) under the online critic (unchanged here), with the registered actor loss
+    ``loss_name`` and its ``loss_options`` (``(name, value)`` pairs), over ``micro_batches``
+    scanned micro-batches."""
     critic = nnx.merge(critic_graphdef, critic_params)
     actor_loss = registry.get_actor_loss(loss_name)
+    options = dict(loss_options)
     # Token means are normalised by the step's tokens, not each micro-batch's own: the same loss
     # whatever the layout.
     token_count = jnp.maximum(jnp.sum(batch.action.mask).astype(jnp.float32), 1.0) / micro_batches
@@ -89,7 +101,7 @@ def actor_step(
         adv = advantage(critic(b.critic_observation, b.critic_action))  # min Q(s, a_π) - min V(s)
         token_logprobs, baseline = merged(graphdef, params, state.frozen, state.step)(b.observation, b.action)
         mask = b.action.mask.astype(jnp.float32)
-        return actor_loss(registry.PolicyTerms(adv, token_logprobs, mask, baseline, token_count))
+        return actor_loss(registry.PolicyTerms(adv, token_logprobs, mask, baseline, token_count), **options)
 
     grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch, micro_batches)
     params, opt_state = adam_update(state, tx, grads)

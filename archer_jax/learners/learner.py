@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from archer_jax import sharding as shd
 from archer_jax.precision import traced_with
-from archer_jax.learners import archer, bc, registry, train_state
+from archer_jax.learners import archer, bc, offline_archer, registry, train_state
 from archer_jax.learners.actor import Actor
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import DoubleCritic
@@ -44,6 +44,12 @@ class LearnerConfig:
     actor_lr: float = 1e-6
     max_grad_norm: float = 1.0
     actor_loss: str = "actor_pg"  # a name in archer_jax.learners.registry
+    # Offline ArCHer (archer_jax/learners/offline_archer.py): V's expectile (0.5 = SARSA), what each
+    # V head regresses to, and the AWR actor's β and weight clip (actor_loss="awr").
+    expectile: float = 0.9
+    iql_v_target: str = "min"
+    awr_beta: float = 1.0
+    awr_clip: float = 100.0
     # Transitions per scanned micro-batch: "auto" (the largest that fits the device) or a number
     # that cuts every step's batch evenly. Only memory depends on it, not the update.
     micro_batch_size: int | str = AUTO
@@ -58,6 +64,14 @@ class LearnerConfig:
             raise ValueError(f"tau must be in [0, 1], got {self.tau}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+        if not 0.0 < self.expectile < 1.0:
+            raise ValueError(f"expectile must be in (0, 1), got {self.expectile}")
+        if self.iql_v_target not in offline_archer.V_TARGETS:
+            raise ValueError(f"iql_v_target must be one of {offline_archer.V_TARGETS}, got {self.iql_v_target!r}")
+
+    def loss_options(self) -> tuple[tuple[str, float], ...]:
+        """The fields the actor loss takes (its registry entry's ``options``), as static pairs."""
+        return tuple((name, getattr(self, name)) for name in registry.get_actor_loss(self.actor_loss).options)
 
 
 def _host_values(params: nnx.State) -> nnx.State:
@@ -119,8 +133,15 @@ class Learner:
                 in_shardings=(self.critic_shardings, critic_batch),
                 out_shardings=(self.critic_shardings, replicated),
             )
+            self._iql_critic_step = program(
+                self._traced(offline_archer.iql_critic_step, self.critic_graphdef, self.critic_tx, c.gamma, c.tau,
+                             c.expectile, c.iql_v_target),
+                in_shardings=(self.critic_shardings, critic_batch),
+                out_shardings=(self.critic_shardings, replicated),
+            )
             self._actor_step = program(
-                self._traced(archer.actor_step, self.actor_graphdef, self.critic_graphdef, self.actor_tx, c.actor_loss),
+                self._traced(functools.partial(archer.actor_step, loss_options=c.loss_options()), self.actor_graphdef,
+                             self.critic_graphdef, self.actor_tx, c.actor_loss),
                 in_shardings=(self.actor_shardings, self.critic_shardings.params, actor_batch),
                 out_shardings=(self.actor_shardings, replicated),
             )
@@ -137,7 +158,7 @@ class Learner:
     def programs(self) -> dict[str, StepProgram]:
         """The steps by name (e.g. to ``.lower(...)`` them and read their HLO, or to read the
         micro-batch layouts they chose: ``programs()["critic_step"].layouts``)."""
-        names = ("critic_step", "actor_step", "bc_step") if self.has_critic else ("bc_step",)
+        names = ("critic_step", "iql_critic_step", "actor_step", "bc_step") if self.has_critic else ("bc_step",)
         return {name: getattr(self, f"_{name}") for name in names}
 
     def _shardings(self, params: nnx.State, tx: optax.GradientTransformation, with_target: bool,
@@ -155,14 +176,18 @@ class Learner:
         if not self.has_critic:
             raise ValueError("this learner was built without a critic (critic=None)")
 
-    def init_critic(self) -> TrainState:
-        """The critic's state from the module's parameters: target = online, fresh Adam."""
+    def init_critic(self, params: nnx.State | None = None, target: nnx.State | None = None) -> TrainState:
+        """The critic's state with fresh Adam, from the module's parameters or ``params`` (e.g. another
+        run's critic); the target is ``target`` if given, else a copy of the parameters."""
         self._need_critic()
         create = jax.jit(
             functools.partial(train_state.create, tx=self.critic_tx, with_target=True),
             out_shardings=self.critic_shardings,
         )
-        return create(_host_values(self._critic_params))
+        state = create(_host_values(self._critic_params) if params is None else params)
+        if target is not None:
+            state = state._replace(target=jax.device_put(target, self.critic_shardings.target))
+        return state
 
     def init_actor(self, params: nnx.State | None = None) -> TrainState:
         """The actor's state with fresh Adam, from the module's parameters or ``params`` (e.g. the
@@ -191,6 +216,12 @@ class Learner:
         self._need_critic()
         self._check(batch)
         return self._critic_step(state, batch)
+
+    def iql_critic_step(self, state: TrainState, batch: CriticBatch) -> tuple[TrainState, dict]:
+        """One offline (IQL) critic step on dataset transitions + Polyak (``batch.pi_action`` unused)."""
+        self._need_critic()
+        self._check(batch)
+        return self._iql_critic_step(state, batch)
 
     def actor_step(self, state: TrainState, critic_params: nnx.State, batch: ActorBatch) -> tuple[TrainState, dict]:
         """One actor step with the advantage of the online critic (``critic_params``, unchanged)."""

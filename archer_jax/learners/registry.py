@@ -1,7 +1,9 @@
 """The actor losses by name: what ``config.learner.actor_loss`` selects.
 
-Every entry has one signature, ``loss(terms: PolicyTerms) -> (loss, aux)``, and declares what it
-needs from the networks (``needs_baseline``: the actor gets a per-token value head). Config
+Every entry has one signature, ``loss(terms: PolicyTerms, **options) -> (loss, aux)``, and
+declares what it needs from the networks (``needs_baseline``: the actor gets a per-token value
+head) and which :class:`~archer_jax.learners.learner.LearnerConfig` fields it takes as
+``options`` (e.g. ``awr``'s β and clip). Config
 validation, :class:`~archer_jax.learners.learner.LearnerConfig`, the actor's construction and the
 actor step all read this registry; nothing else checks loss names. New objectives (offline
 ArCHer, PPO, GRPO) plug in with :func:`register`::
@@ -39,21 +41,24 @@ class ActorLoss:
     """A registered actor loss and what it needs."""
 
     name: str
-    fn: Callable[[PolicyTerms], tuple[Array, dict[str, Array]]]
+    fn: Callable[..., tuple[Array, dict[str, Array]]]
     needs_baseline: bool = False
+    options: tuple[str, ...] = ()  # LearnerConfig fields passed to fn as keywords
 
-    def __call__(self, terms: PolicyTerms) -> tuple[Array, dict[str, Array]]:
-        return self.fn(terms)
+    def __call__(self, terms: PolicyTerms, **options) -> tuple[Array, dict[str, Array]]:
+        return self.fn(terms, **options)
 
 
 ACTOR_LOSSES: dict[str, ActorLoss] = {}
 
 
-def register(name: str, fn: Callable[[PolicyTerms], tuple[Array, dict]], *, needs_baseline: bool = False) -> ActorLoss:
-    """Makes ``config.learner.actor_loss = name`` train the actor with ``fn``."""
+def register(name: str, fn: Callable[..., tuple[Array, dict]], *, needs_baseline: bool = False,
+             options: tuple[str, ...] = ()) -> ActorLoss:
+    """Makes ``config.learner.actor_loss = name`` train the actor with ``fn(terms, **options)``,
+    ``options`` naming :class:`~archer_jax.learners.learner.LearnerConfig` fields."""
     if name in ACTOR_LOSSES:
         raise ValueError(f"actor loss {name!r} is already registered")
-    ACTOR_LOSSES[name] = ActorLoss(name, fn, needs_baseline)
+    ACTOR_LOSSES[name] = ActorLoss(name, fn, needs_baseline, tuple(options))
     return ACTOR_LOSSES[name]
 
 
@@ -70,4 +75,9 @@ register(
     "actor_token_baseline",
     lambda t: losses.actor_token_baseline_loss(t.advantage, t.token_logprobs, t.baseline, t.mask, token_count=t.token_count),
     needs_baseline=True,
+)
+register(
+    "awr",  # offline ArCHer's actor, on the dataset's actions (archer_jax/agents/offline_archer.py)
+    lambda t, awr_beta, awr_clip: losses.awr_loss(t.advantage, t.token_logprobs, t.mask, awr_beta, awr_clip),
+    options=("awr_beta", "awr_clip"),
 )

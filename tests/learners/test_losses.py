@@ -136,10 +136,10 @@ def test_filtered_bc_keeps_the_top_fraction():
 
 
 def test_actor_losses_are_registered_by_name_with_one_signature_and_their_needs():
-    assert set(learners.ACTOR_LOSSES) == {"actor_pg", "actor_token_baseline"}
+    assert set(learners.ACTOR_LOSSES) == {"actor_pg", "actor_token_baseline", "awr"}
     assert not learners.get_actor_loss("actor_pg").needs_baseline
     assert learners.get_actor_loss("actor_token_baseline").needs_baseline
-    with pytest.raises(KeyError, match="unknown actor loss 'nope'; registered: actor_pg, actor_token_baseline"):
+    with pytest.raises(KeyError, match="unknown actor loss 'nope'; registered: actor_pg, actor_token_baseline, awr"):
         learners.get_actor_loss("nope")
     # Each entry, called with PolicyTerms, is its pure loss on the same arrays.
     rng = np.random.default_rng(5)
