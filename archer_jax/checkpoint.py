@@ -33,6 +33,7 @@ import orbax.checkpoint as ocp
 
 from archer_jax.errors import TrainingError
 from archer_jax.learners.train_state import TrainState
+from archer_jax.data.offline_replay import saved_state
 from archer_jax.replay import ReplayBuffer
 
 log = logging.getLogger("archer_jax")
@@ -51,8 +52,11 @@ class ReplayHandler(ocp.CheckpointHandler):
         if jax.process_index() == 0:
             args.buffer.save(self._directory(directory))
 
-    def restore(self, directory, args: ReplayRestore | None = None) -> ReplayBuffer:
-        return ReplayBuffer.restore(self._directory(directory))
+    def restore(self, directory, args: ReplayRestore | None = None) -> ReplayBuffer | dict:
+        """The buffer; for an offline run, the sampler state its dataset resumes from
+        (:meth:`archer_jax.data.offline_replay.OfflineReplay.resume`)."""
+        offline = saved_state(self._directory(directory))
+        return offline if offline is not None else ReplayBuffer.restore(self._directory(directory))
 
 
 @ocp.args.register_with_handler(ReplayHandler, for_save=True)

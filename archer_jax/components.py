@@ -19,6 +19,7 @@ from flax import nnx
 from archer_jax import agents, memory_plan, prompts
 from archer_jax import sharding as shd
 from archer_jax.acting import Acting
+from archer_jax.data.offline_replay import OfflineReplay, open_dataset
 from archer_jax.distributed import host_share
 from archer_jax.envs import registry
 from archer_jax.envs.pool import EnvPool
@@ -110,8 +111,16 @@ class Components:
         critic = self.learner.init_critic() if self.learner.has_critic else None
         return States(self.learner.init_actor(), critic)
 
-    def new_replay(self) -> ReplayBuffer:
+    def new_replay(self) -> ReplayBuffer | OfflineReplay:
+        """An empty replay buffer; for an offline agent, its dataset (:mod:`archer_jax.data`)."""
+        if self.agent.offline:
+            return open_dataset(self.config, self.workdir, self.pipeline)
         return ReplayBuffer(self.config.capacity, seed=self.config.seed)
+
+    def resume_replay(self, restored: ReplayBuffer | dict) -> ReplayBuffer | OfflineReplay:
+        """The replay a checkpoint restored: its buffer, or an offline run's dataset drawing on
+        from the checkpoint's sampler state."""
+        return self.new_replay().resume(restored) if isinstance(restored, dict) else restored
 
     def sft_learner(self) -> Learner:
         """A learner whose actor optimizer runs at ``config.sft.lr`` (for the warm start)."""

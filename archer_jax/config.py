@@ -66,8 +66,11 @@ RENAMED = {
 def base_config() -> ml_collections.ConfigDict:
     """Every config key with the paper's online defaults for Twenty Questions."""
     c = ml_collections.ConfigDict()
-    c.agent = "archer"  # a name in archer_jax.agents: archer | chai | filtered_bc
+    c.agent = "archer"  # a name in archer_jax.agents: archer | chai | filtered_bc | offline_archer | offline_(filtered_)bc
     c.seed = 0
+    # Offline-to-online (archer_jax/handover.py): start from the policy (and critic) of the newest
+    # checkpoint of this run directory, e.g. an offline ArCHer run's. "" = start as configured.
+    c.init_from = ""
 
     # The loop (ArCHer's official online hyperparameters).
     c.iterations = 2000
@@ -140,6 +143,18 @@ def base_config() -> ml_collections.ConfigDict:
         # number that cuts every step's batch evenly (8 = the official layout). Only memory and
         # speed depend on it, not the update.
         micro_batch_size=ml_collections.FieldReference(AUTO, field_type=object),
+        # Offline ArCHer (OfflineArcher's values): V's expectile (0.5 = the SARSA variant), V's target
+        # (min: min of the target Qs, IQL's; paired: each V_i its own Q̄_i, OfflineArcher's code),
+        # and the AWR actor's β (OfflineArcher's inv_temp) and weight clip.
+        expectile=0.9, iql_v_target="min", awr_beta=1.0, awr_clip=100.0,
+    ))
+    # The offline agents' dataset (archer_jax/data): dialogue files in the env's format (a directory
+    # or one .json: LMRL-Gym's for 20Q, the official one for Guess My City), built once with TFDS
+    # into data_dir (default: the workdir's). Empty dataset: generated from the embedded env's
+    # scripted experts in policy_mix (kinds of archer_jax.envs.experts.EXPERTS, weights normalised).
+    c.offline = ml_collections.ConfigDict(dict(
+        dataset="", data_dir="", split="train",
+        generate_episodes=2000, policy_mix="optimal:0.2,redundant:0.3,random:0.5", generate_seed=0,
     ))
     c.sft = ml_collections.ConfigDict(dict(
         steps=0,  # 0 = no warm start
@@ -156,10 +171,26 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+def offline_config() -> ml_collections.ConfigDict:
+    """OfflineArcher's setting (submit_OfflineArcher_TwentyQuestions.sh) on top of :func:`base_config`:
+    offline ArCHer with the AWR actor, batches of 32 x 4, actor_lr 1e-4, critic_lr 1e-5, γ 0.99,
+    Polyak 0.05, expectile 0.9, β 1.0, no critic warm-up, 64 evaluation dialogues every 250 batches."""
+    c = base_config()
+    c.agent, c.learner.actor_loss = "offline_archer", "awr"
+    c.batch_size, c.grad_accum_steps = 32, 4
+    c.critic_steps = c.actor_steps = c.bc_steps = 62  # 250 batches of 32, 4 accumulated per step: one evaluation's worth
+    c.warmup_iter = 0
+    c.iterations, c.eval_freq, c.save_freq, c.eval_size = 2000, 1, 5, 64
+    c.learner.update(dict(actor_lr=1e-4, critic_lr=1e-5, gamma=0.99, tau=0.05, expectile=0.9, awr_beta=1.0))
+    c.offline.generate_episodes = 100_000
+    return c
+
+
 # One line of documentation per key of base_config (``--help`` prints them with the defaults; a
 # test checks that every key has one). The longer story is in docs/algorithms.md, section 10.
 KEY_DOCS: dict[str, str] = {
-    "agent": "the algorithm: archer | chai | filtered_bc (archer_jax.agents)",
+    "agent": "the algorithm: archer | chai | filtered_bc | offline_archer | offline_bc | offline_filtered_bc (archer_jax.agents)",
+    "init_from": "a run directory whose newest checkpoint's policy (and critic) this run starts from (\"\" = none)",
     "seed": "the run's seed: model initialisation, sampling, env games, replay draws",
     "iterations": "outer-loop iterations (roll out, store, learn)",
     "rollout_size": "dialogues collected per iteration",
@@ -212,6 +243,16 @@ KEY_DOCS: dict[str, str] = {
     "learner.max_grad_norm": "clip each network's gradient to this global norm (> 0; always on)",
     "learner.actor_loss": "the policy-gradient loss: a name in archer_jax.learners.registry",
     "learner.micro_batch_size": "transitions per scanned micro-batch: auto (largest that fits) or a number that cuts each step evenly",
+    "learner.expectile": "offline ArCHer: V's expectile of Q over the data, in (0, 1) (0.9 IQL; 0.5 the SARSA variant)",
+    "learner.iql_v_target": "offline ArCHer: V's target: min (min of the target Qs) | paired (each V_i its own target Q_i)",
+    "learner.awr_beta": "offline ArCHer's AWR actor: weights exp(awr_beta * A)",
+    "learner.awr_clip": "offline ArCHer's AWR actor: the weights' upper clip (> 0)",
+    "offline.dataset": "offline agents: a directory of dialogue .json files or one file (\"\" = generate from the experts)",
+    "offline.data_dir": "offline agents: where TFDS builds the dataset (\"\" = workdir/offline/tfds)",
+    "offline.split": "offline agents: the dataset split trained on (train | eval)",
+    "offline.generate_episodes": "offline agents without a dataset: expert dialogues generated",
+    "offline.policy_mix": "offline agents without a dataset: expert kinds and weights, e.g. optimal:0.2,redundant:0.3,random:0.5",
+    "offline.generate_seed": "offline agents without a dataset: the generator's seed (the same data for every run seed)",
     "sft.steps": "SFT warm-start steps before RL (0 = no warm start)",
     "sft.lr": "SFT Adam learning rate",
     "sft.batch_size": "SFT pairs per step",
@@ -386,6 +427,49 @@ def _check_micro_batch_size(c: ml_collections.ConfigDict) -> None:
             raise ConfigError(f"{key}: {size} does not cut the step batch of {batch} transitions ({name}) evenly")
 
 
+def _check_offline(c: ml_collections.ConfigDict, given: dict) -> None:
+    """The offline agents' keys, AWR's and the offline-to-online handover's."""
+    from archer_jax.data.offline_replay import DATASET_ENVS
+    from archer_jax.learners.offline_archer import V_TARGETS
+
+    if not 0 < given["learner.expectile"] < 1:
+        raise ConfigError(f"config.learner.expectile: must be in (0, 1), got {given['learner.expectile']}")
+    if c.learner.iql_v_target not in V_TARGETS:
+        raise ConfigError(f"config.learner.iql_v_target: unknown value {c.learner.iql_v_target!r}; known: {', '.join(V_TARGETS)}")
+    if not (math.isfinite(given["learner.awr_clip"]) and given["learner.awr_clip"] > 0):
+        raise ConfigError(f"config.learner.awr_clip: must be finite and > 0, got {given['learner.awr_clip']}")
+    if not math.isfinite(given["learner.awr_beta"]) or given["learner.awr_beta"] < 0:
+        raise ConfigError(f"config.learner.awr_beta: must be finite and >= 0, got {given['learner.awr_beta']}")
+    offline = agents.get(c.agent).offline
+    if (c.learner.actor_loss == "awr" and not offline) or (c.agent == "offline_archer" and c.learner.actor_loss != "awr"):
+        raise ConfigError(f"config.learner.actor_loss: offline_archer's actor is 'awr', which weighs a dataset's actions "
+                          f"and suits offline agents only (agent {c.agent!r}, actor_loss {c.learner.actor_loss!r})")
+    if offline:
+        if c.env.name not in DATASET_ENVS:
+            raise ConfigError(f"config.env.name: offline agents have datasets for {', '.join(DATASET_ENVS)}, not {c.env.name!r}")
+        if c.offline.dataset and not Path(c.offline.dataset).expanduser().exists():
+            raise ConfigError(f"config.offline.dataset: {c.offline.dataset} does not exist (a directory of .json "
+                              "dialogue files, or one file; \"\" generates one)")
+        if c.offline.split not in ("train", "eval"):
+            raise ConfigError(f"config.offline.split: unknown value {c.offline.split!r}; known: train, eval")
+        if c.offline.generate_episodes < 1:
+            raise ConfigError(f"config.offline.generate_episodes: must be > 0, got {c.offline.generate_episodes}")
+        if not c.offline.dataset:
+            from archer_jax.data.generate import parse_policy_mix
+
+            try:
+                parse_policy_mix(c.offline.policy_mix)
+            except ValueError as e:
+                raise ConfigError(f"config.offline.policy_mix: {str(e).removeprefix('--policy_mix: ')}") from None
+    if c.init_from:
+        if c.sft.steps:
+            raise ConfigError("config.init_from: a run that starts from another run's networks takes no SFT warm start "
+                              f"(sft.steps is {c.sft.steps}); set --config.sft.steps=0")
+        from archer_jax.handover import checkpoint_directory
+
+        checkpoint_directory(c.init_from)
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises :class:`ConfigError` (one line, naming the key) unless ``config`` can be trained."""
     given = _check_keys(config)
@@ -431,6 +515,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     for axis in ("data", "fsdp", "tensor"):
         if c.mesh[axis] == 0 or c.mesh[axis] < -1:
             raise ConfigError(f"config.mesh.{axis}: must be -1 (all remaining devices) or >= 1, got {c.mesh[axis]}")
+    _check_offline(c, given)
     _check_model("model.policy", c.model.policy, CAUSAL_KINDS)
     if agents.get(c.agent).needs_critic:
         _check_model("model.critic", c.model.critic, ("roberta",))

@@ -105,6 +105,14 @@ def multiprocess() -> bool:
     return jax.process_count() > 1
 
 
+def barrier(name: str) -> None:
+    """Waits until every process reaches ``name`` (nothing to wait for in one process)."""
+    if multiprocess():
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
 def host_share(n: int, index: int | None = None, count: int | None = None) -> range:
     """This host's contiguous share of ``n`` items: near-equal, the first hosts one more when
     ``n`` does not divide (host ``index`` of ``count``; default: this process)."""

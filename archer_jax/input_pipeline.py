@@ -80,10 +80,18 @@ class InputPipeline:
             rows["episode_return"] += [episode.total_return] * n
         if not rows["observation"]:
             return {}
-        rows["policy_observation"] = self.policy_rows(rows["observation"])
-        rows["policy_action"] = self.action_rows(rows["action"])
+        rows.update(self.token_columns(rows["observation"], rows["action"], rows["next_observation"]))
+        return rows
+
+    def token_columns(self, observations: Sequence[str], actions: Sequence[str], next_observations: Sequence[str], *,
+                      demonstrations: bool = False) -> dict[str, list[np.ndarray]]:
+        """The token rows the learners read of transitions' texts: ``policy_observation``,
+        ``policy_action`` and, with a critic, ``critic_observation/action/next_observation``.
+        ``demonstrations``: the actions are env actions of a dataset, which the policy says in its
+        prompt format (:meth:`demonstration_rows`), not its own utterances."""
+        rows = dict(policy_observation=self.policy_rows(observations),
+                    policy_action=self.demonstration_rows(actions) if demonstrations else self.action_rows(actions))
         if self.critic_tokenizer is not None:
-            rows["critic_observation"] = self.critic_rows(rows["observation"])
-            rows["critic_action"] = self.critic_rows(rows["action"])
-            rows["critic_next_observation"] = self.critic_rows(rows["next_observation"])
+            rows.update(critic_observation=self.critic_rows(observations), critic_action=self.critic_rows(actions),
+                        critic_next_observation=self.critic_rows(next_observations))
         return rows

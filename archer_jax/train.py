@@ -1,14 +1,14 @@
-r"""Trains an agent (ArCHer, CHAI, filtered BC: ``config.agent``): ``python -m archer_jax.train --config=... --workdir=...``.
+r"""Trains an agent (ArCHer, CHAI, filtered BC, offline ArCHer/BC: ``config.agent``): ``python -m archer_jax.train --config=... --workdir=...``.
 
     python -m archer_jax.train --config=configs/20q.py:tiny --workdir=runs/20q_tiny
     python -m archer_jax.train --config=configs/20q.py --workdir=runs/20q --config.learner.critic_lr=2e-5
 
 The loop (ArCHer, Zhou et al. 2024, Algorithm 1, online), in :func:`train_and_evaluate`:
 
-    optional SFT warm start on demonstrations; greedy eval ("before")
+    optional SFT warm start on demonstrations, or another run's networks (init_from); greedy eval ("before")
     for iteration = 1 .. iterations:
         roll out rollout_size dialogues with the agent (env worker pool + jitted sampler)
-        add their transitions to the replay buffer
+        add their transitions to the replay buffer   (offline agents: neither; their dataset is the buffer)
         agent.learn: ArCHer: critic_steps TD steps on uniform batches with a fresh a_pi ~ pi(.|s)
             (Polyak inside); after warmup_iter, actor_steps policy-gradient steps with
             A = min Q(s, a_pi) - min V(s)   (archer_jax/agents/*.py, archer_jax/learners/archer.py)
@@ -37,7 +37,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from archer_jax import agents, config_changes, distributed, history, memory_plan, preflight, report, rollout, sft
+from archer_jax import agents, config_changes, distributed, handover, history, memory_plan, preflight, report, rollout, sft
 from archer_jax.agents.agent import timed
 from archer_jax.agents.rollouts import collect, evaluate, store
 from archer_jax.checkpoint import Checkpoints
@@ -80,13 +80,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, *
 
             for iteration in range(loop.iteration + 1, c.iterations + 1):
                 t0 = time.perf_counter()
-                try:
-                    with interrupts.abandonable():  # nothing is kept of a rollout cut short
-                        episodes, t_rollout = timed(collect, run, agent, states, iteration)  # roll out with the agent
-                except Interrupted:
-                    break
-                loop.env_samples += store(run, replay, episodes, loop.episodes)  # into the replay buffer
-                loop.episodes += len(episodes)
+                episodes, t_rollout = [], 0.0  # an offline agent learns from its dataset; envs only evaluate it
+                if not agent.offline:
+                    try:
+                        with interrupts.abandonable():  # nothing is kept of a rollout cut short
+                            episodes, t_rollout = timed(collect, run, agent, states, iteration)  # roll out with the agent
+                    except Interrupted:
+                        break
+                    loop.env_samples += store(run, replay, episodes, loop.episodes)  # into the replay buffer
+                    loop.episodes += len(episodes)
                 states, seconds = agent.learn(run, states, replay, iteration)  # critic, actor or BC steps
                 evaluation = None
                 if (c.eval_freq and iteration % c.eval_freq == 0) or iteration == c.iterations:
@@ -181,13 +183,15 @@ def _start_or_resume(run: Components, agent: agents.Agent, checkpoints: Checkpoi
         history.rewrite(run.workdir, loop.history)  # drops the lines of iterations after the checkpoint
         if loop.iteration >= c.iterations:
             log.info("the run already finished its %d iterations: nothing to train", loop.iteration)
-        return States(actor, critic), replay, loop
+        return States(actor, critic), run.resume_replay(replay), loop
     replay = run.new_replay()
     loop = LoopState(seed=c.seed, rng=jax.random.key_data(run.key).tolist())
     history.rewrite(run.workdir, [])
     writers.hparams(c.to_dict())
     if c.sft.steps:
         states, loop.sft = warm_start(run, states, writers)
+    if c.init_from:  # offline-to-online: another run's policy (and critic), fresh optimizers
+        states = handover.initial_states(run, states, c.init_from)
     before = _eval_metrics(evaluate(run, agent, states))
     loop.evals.append(dict(iteration=0, env_samples=0, **before))
     writers.scalars(0, before)
@@ -203,7 +207,7 @@ def _record_iteration(run: Components, loop: LoopState, writers: report.Writers,
     """The iteration's metrics (rollouts, step means, counters, evaluation, phase times) into the
     loop's history, history.jsonl, TensorBoard and the console (with the run's ETA)."""
     c = run.config
-    metrics = {f"rollout/{k}": v for k, v in rollout.summarize(episodes).items()}
+    metrics = {f"rollout/{k}": v for k, v in rollout.summarize(episodes).items()} if episodes else {}
     metrics.update(run.watchdog.means())
     metrics.update(env_samples=loop.env_samples, episodes=loop.episodes, replay_size=len(replay))
     if evaluation is not None:

@@ -28,6 +28,8 @@ def parse_dialogue(observation: str) -> list[tuple[str, str]]:
     return turns
 
 
+RANDOM_GUESS_PROB = 0.1  # the random expert's chance per turn of guessing instead of asking
+
 _UNCOUNTABLE = ("furniture", "jewelry", "jewellery", "clothing", "art", "nature", "sports equipment", "electronics", "stationery")
 
 
@@ -53,6 +55,8 @@ class ScriptedExpert:
       redundant_prob: chance per turn of asking a question whose answer is already implied.
       early_guess_prob: chance per turn of guessing a random remaining secret while several remain.
       seed: for the faults' randomness.
+      random_questions: ask a random question of ``questions`` each turn (informative or not),
+        or with probability :data:`RANDOM_GUESS_PROB` guess a random remaining secret.
     """
 
     secrets: tuple[str, ...]
@@ -63,6 +67,7 @@ class ScriptedExpert:
     redundant_prob: float = 0.0
     early_guess_prob: float = 0.0
     seed: int = 0
+    random_questions: bool = False  # after seed: positional calls keep their meaning
 
     def __post_init__(self):
         self.rng = random.Random(self.seed)
@@ -91,6 +96,10 @@ class ScriptedExpert:
         turns = parse_dialogue(observation)
         alive = self._consistent(turns) or list(self.secrets)
         asked = {q for q, _ in turns}
+        if self.random_questions:
+            if self.rng.random() < RANDOM_GUESS_PROB:
+                return self.guess(self.rng.choice(alive))
+            return self.rng.choice(self.questions)
         if len(alive) <= 2:
             return self.guess(alive[0])
         if self.early_guess_prob and self.rng.random() < self.early_guess_prob:
@@ -116,6 +125,7 @@ EXPERTS = {
     "random_order": dict(random_order=True),
     "redundant": dict(random_order=True, redundant_prob=0.3),
     "early_guesser": dict(random_order=True, early_guess_prob=0.25),
+    "random": dict(random_questions=True),
 }
 
 

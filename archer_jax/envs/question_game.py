@@ -54,6 +54,12 @@ def read_attributes(path: Path) -> tuple[Attribute, ...]:
     )
 
 
+def one_line(question: str) -> str:
+    """``question`` as the dialogue records it: whitespace runs (newlines included) become one space,
+    cut at ``MAX_QUESTION_CHARS`` characters (offline datasets clean their questions the same way)."""
+    return " ".join(str(question).split())[:MAX_QUESTION_CHARS]
+
+
 class QuestionGame:
     """One game of questions about a hidden secret (anything with a ``name``)."""
 
@@ -81,7 +87,7 @@ class QuestionGame:
             raise not_started(type(self).__name__)
         if self.done:
             raise episode_over(type(self).__name__)
-        question = " ".join(str(action).split())[:MAX_QUESTION_CHARS]  # one line: it joins the dialogue
+        question = one_line(action)  # one line: it joins the dialogue
         answer = self.oracle.answer(self.secret.name, question)
         self.turn += 1
         won = self.wins(question, answer)
