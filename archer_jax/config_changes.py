@@ -29,11 +29,13 @@ from archer_jax.errors import ConfigError
 FREE = (
     "iterations", "eval_freq", "save_freq", "keep_checkpoints", "max_nonfinite_steps", "use_wandb", "wandb_project",
     "compilation_cache", "env.workers", "env.timeout_s", "learner.micro_batch_size", "model.remat", "mesh.data",
-    "mesh.fsdp", "mesh.tensor",
+    "mesh.fsdp", "mesh.tensor", "offline.data_dir",
 )
 FIXED = (
     "agent", "seed", "capacity", "env.name", "model.policy", "model.critic", "model.critic_embedding", "model.lora.", "model.prompt_format",
     "learner.actor_loss", "sft.",  # "sft.": every key of the warm start, which is done
+    "init_from", "offline.dataset", "offline.split", "offline.generate_",  # where the run started; its dataset
+    "offline.policy_mix",
 )
 
 Changes = dict[str, tuple[Any, Any]]

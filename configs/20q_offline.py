@@ -38,5 +38,6 @@ TINY = {
     "env.name": "twenty_questions_subset", "env.max_turns": 12, "iterations": 30, "eval_size": 32,
     "critic_steps": 10, "actor_steps": 10, "bc_steps": 10, "warmup_iter": 0, "eval_freq": 5,
     "learner.actor_lr": 1e-3, "offline.generate_episodes": 1000,
+    "rollout_size": 32,  # unused offline; small, so that --config.agent=archer on this preset stays a tiny run
 }
-MICRO = {"eval_size": 4, "env.max_turns": 4, "offline.generate_episodes": 16, "warmup_iter": 0}
+MICRO = {"eval_size": 4, "rollout_size": 4, "env.max_turns": 4, "offline.generate_episodes": 16, "warmup_iter": 0}

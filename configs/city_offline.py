@@ -28,5 +28,5 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     c.offline.generate_episodes = 20_000
     return with_preset(c, preset, "configs/city_offline.py", tiny={
         "iterations": 30, "eval_size": 32, "critic_steps": 10, "actor_steps": 10, "bc_steps": 10, "eval_freq": 5,
-        "learner.actor_lr": 1e-3, "offline.generate_episodes": 500,
-    }, micro={"eval_size": 4, "env.max_turns": 4, "offline.generate_episodes": 16})
+        "learner.actor_lr": 1e-3, "offline.generate_episodes": 500, "rollout_size": 32,  # rollouts: unused offline
+    }, micro={"eval_size": 4, "rollout_size": 4, "env.max_turns": 4, "offline.generate_episodes": 16})

@@ -16,10 +16,10 @@ LAYERS = [
     ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts"),
     ("models", "envs"),
     ("learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
-     "tensorboard_writer", "memory_plan", "history", "prompts"),
+     "tensorboard_writer", "memory_plan", "history", "prompts", "data"),
     ("acting", "sft"),
     ("agents",),
-    ("components", "config", "config_changes", "preflight"),
+    ("components", "config", "config_changes", "preflight", "handover"),
     ("train",),
     ("cli",),
 ]

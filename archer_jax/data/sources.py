@@ -52,9 +52,11 @@ def prepare(env: str, manual_dir: str | Path, data_dir: str | Path) -> tfds.core
     manual_dir = Path(manual_dir).expanduser()
     splits = manual_splits(manual_dir)  # one-line errors before TFDS's own
     log.info("%s: building from %s", built.name, ", ".join(f"{k}: {[p.name for p in v]}" for k, v in splits.items()))
+    tfds.display_progress_bar(False)  # its per-shard bars would flood a run's log; the log lines above say it
     built.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir)), file_format=FILE_FORMAT
     )
+    log.info("%s: built %s", built.name, ", ".join(f"{k}: {v.num_examples} transitions" for k, v in built.info.splits.items()))
     return built
 
 

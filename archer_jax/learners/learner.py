@@ -172,14 +172,10 @@ class Learner:
 
     # ---- states -----------------------------------------------------------------------------
 
-    def _need_critic(self) -> None:
-        if not self.has_critic:
-            raise ValueError("this learner was built without a critic (critic=None)")
-
     def init_critic(self, params: nnx.State | None = None, target: nnx.State | None = None) -> TrainState:
         """The critic's state with fresh Adam, from the module's parameters or ``params`` (e.g. another
         run's critic); the target is ``target`` if given, else a copy of the parameters."""
-        self._need_critic()
+        self._check()
         create = jax.jit(
             functools.partial(train_state.create, tx=self.critic_tx, with_target=True),
             out_shardings=self.critic_shardings,
@@ -206,31 +202,31 @@ class Learner:
 
     # ---- steps ------------------------------------------------------------------------------
 
-    def _check(self, batch) -> None:
+    def _check(self, batch=None, critic: bool = True) -> None:
+        """A clear error for a critic step of a learner without a critic, or a batch whose arrays disagree."""
+        if critic and not self.has_critic:
+            raise ValueError("this learner was built without a critic (critic=None)")
         sizes = {leaf.shape[0] for leaf in jax.tree.leaves(batch)}
-        if len(sizes) != 1:
+        if len(sizes) > 1:
             raise ValueError(f"batch arrays disagree on the batch size: {sorted(sizes)}")
 
     def critic_step(self, state: TrainState, batch: CriticBatch) -> tuple[TrainState, dict]:
         """One critic optimizer step (gradients averaged over the batch) + Polyak."""
-        self._need_critic()
         self._check(batch)
         return self._critic_step(state, batch)
 
     def iql_critic_step(self, state: TrainState, batch: CriticBatch) -> tuple[TrainState, dict]:
         """One offline (IQL) critic step on dataset transitions + Polyak (``batch.pi_action`` unused)."""
-        self._need_critic()
         self._check(batch)
         return self._iql_critic_step(state, batch)
 
     def actor_step(self, state: TrainState, critic_params: nnx.State, batch: ActorBatch) -> tuple[TrainState, dict]:
         """One actor step with the advantage of the online critic (``critic_params``, unchanged)."""
-        self._need_critic()
         self._check(batch)
         return self._actor_step(state, critic_params, batch)
 
     def bc_step(self, state: TrainState, batch: BCBatch) -> tuple[TrainState, dict]:
         """One behaviour-cloning (SFT) step on the actor."""
-        self._check(batch)
+        self._check(batch, critic=False)
         return self._bc_step(state, batch)
 
