@@ -101,7 +101,8 @@ class Components:
         return memory_plan.largest_activation(
             rows=self.batch, mesh=self.mesh, policy_length=self.pipeline.max_prompt_length + c.sampling.max_new_tokens,
             action_length=c.sampling.max_new_tokens, vocab=policy.vocab_size, policy_width=policy.hidden_size,
-            policy_heads=policy.num_heads, policy_mlp=getattr(policy, "intermediate_size", 4 * policy.hidden_size), critic_length=self.pipeline.max_critic_length if encoder else 0,
+            policy_heads=policy.num_heads, policy_mlp=getattr(policy, "intermediate_size", 4 * policy.hidden_size),
+            critic_length=self.pipeline.max_critic_length if encoder else 0,
             critic_width=encoder.hidden_size if encoder else 0, critic_heads=encoder.num_attention_heads if encoder else 0,
             compute_bytes=self._compute_bytes,
         )

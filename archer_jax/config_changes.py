@@ -32,7 +32,8 @@ FREE = (
     "mesh.fsdp", "mesh.tensor", "offline.data_dir",
 )
 FIXED = (
-    "agent", "seed", "capacity", "env.name", "model.policy", "model.critic", "model.critic_embedding", "model.lora.", "model.prompt_format",
+    "agent", "seed", "capacity", "env.name", "model.policy", "model.critic", "model.critic_embedding", "model.lora.",
+    "model.prompt_format",
     "learner.actor_loss", "sft.",  # "sft.": every key of the warm start, which is done
     "init_from", "offline.dataset", "offline.split", "offline.generate_",  # where the run started; its dataset
     "offline.policy_mix",

@@ -34,6 +34,7 @@ def check(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None
     validate(config)
     check_workdir(workdir)
     check_compilation_cache(config.compilation_cache)
+    check_offline_data(config)
     check_sft_data(config)
     check_models(config)
     check_mesh(config.mesh, jax.device_count())
@@ -76,6 +77,18 @@ def check_compilation_cache(directory: str) -> None:
     cache already set, e.g. by JAX_COMPILATION_CACHE_DIR, wins and is JAX's to check)."""
     if directory and not jax.config.jax_compilation_cache_dir:
         _check_writable_directory(Path(directory).expanduser(), "config.compilation_cache")
+
+
+def check_offline_data(config: ml_collections.ConfigDict) -> None:
+    """An offline run's TFDS build directory (``config.offline.data_dir``) can be written, and a
+    given dataset directory holds a ``.json`` dialogue file."""
+    if not agents.get(config.agent).offline:
+        return
+    if config.offline.data_dir:
+        _check_writable_directory(Path(config.offline.data_dir).expanduser(), "config.offline.data_dir")
+    given = Path(config.offline.dataset).expanduser() if config.offline.dataset else None
+    if given is not None and given.is_dir() and not any(given.glob("*.json")):
+        raise ConfigError(f"config.offline.dataset: {given} holds no .json dialogue file")
 
 
 def check_sft_data(config: ml_collections.ConfigDict) -> None:

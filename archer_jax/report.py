@@ -244,7 +244,8 @@ def learning_curve_figure(evals: Sequence[Mapping[str, float]], title: str, *, s
                           optimum: float | None = None, optimum_label: str = "optimal expert (mean over secrets)"):
     """The learning curve as a matplotlib ``Figure`` (no pyplot): greedy eval return and success
     rate against env samples (an offline run's: against iterations), a dotted line at the
-    iteration-0 evaluation (the start, "after SFT" when ``sft``), a dash-dot line at ``optimum`` when given, and a legend naming them."""
+    iteration-0 evaluation (the start, "after SFT" when ``sft``), a dash-dot line at ``optimum``
+    when given, and a legend naming them."""
     # A Figure drawn on an Agg canvas: no pyplot, so the caller's matplotlib backend is left alone
     # (matplotlib.use("Agg") here would switch a notebook's inline plots off).
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -262,7 +263,8 @@ def learning_curve_figure(evals: Sequence[Mapping[str, float]], title: str, *, s
         ax.axhline(start, color="tab:gray", linestyle=":", label=f"{'after SFT' if sft else 'start'} (iteration 0): {start:.2f}")
     if optimum is not None:
         ax.axhline(optimum, color="tab:green", linestyle="-.", label=f"{optimum_label}: {optimum:.2f}")
-    ax.set_xlabel("iteration (offline: learner steps on the dataset)" if offline else "env samples (transitions collected)")
+    ax.set_xlabel("iteration (offline: learner steps on the dataset)" if offline
+                  else "env samples (transitions collected)")
     ax.set_ylabel("greedy eval return", color="tab:blue")
     ax.grid(alpha=0.3)
     twin = ax.twinx()

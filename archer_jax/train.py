@@ -1,4 +1,4 @@
-r"""Trains an agent (ArCHer, CHAI, filtered BC, offline ArCHer/BC: ``config.agent``): ``python -m archer_jax.train --config=... --workdir=...``.
+r"""Trains an agent (``config.agent``: ArCHer, CHAI, filtered BC, offline ArCHer/BC).
 
     python -m archer_jax.train --config=configs/20q.py:tiny --workdir=runs/20q_tiny
     python -m archer_jax.train --config=configs/20q.py --workdir=runs/20q --config.learner.critic_lr=2e-5

@@ -161,8 +161,8 @@ def main() -> None:
                   out=str(args.out)), seconds=time.perf_counter() - start, rows=rows,
                   dataset=dict(dialogues=len(dataset), mean_return=statistics.mean(returns),
                                success=statistics.mean(g["correct"] for g in dataset)),
-                  runs=[{k: s[k] for k in ("variant", "evals", "wall_time_s", "benchmark_wall_s")} | dict(seed=s["config"]["seed"])
-                        for s in summaries])
+                  runs=[{k: s[k] for k in ("variant", "evals", "wall_time_s", "benchmark_wall_s")}
+                        | dict(seed=s["config"]["seed"]) for s in summaries])
     (args.out / "offline_learning.json").write_text(json.dumps(portable(result), indent=2) + "\n")
     print(text)
     print(f"wrote {args.out / 'offline_learning.json'}, offline_learning.png, offline_learning.md "

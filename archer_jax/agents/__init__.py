@@ -5,8 +5,8 @@ iteration's updates (:class:`~archer_jax.agents.agent.Agent`).
     states, seconds = agent.learn(run, states, replay, iteration)
 
 Offline agents (``offline_archer``, ``offline_bc``, ``offline_filtered_bc``) learn from a dataset
-(:mod:`archer_jax.data`) and only evaluate in the envs. A new algorithm (PPO, GRPO) is a module with an ``AGENT`` and a line here, or
-:func:`register` from the user's own code.
+(:mod:`archer_jax.data`) and only evaluate in the envs. A new algorithm (PPO, GRPO) is a module
+with an ``AGENT`` and a line here, or :func:`register` from the user's own code.
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ def test_expectile_minimiser_is_the_expectile():
     # Minimising over a constant v: tau = 0.5 gives the mean, tau = 0.9 a value above it.
     samples = np.random.default_rng(1).normal(size=400)
     grid = np.linspace(-1.5, 1.5, 3001)
-    argmin = {t: grid[np.argmin([float(losses.expectile_loss(jnp.asarray(samples - v, jnp.float32), t)) for v in grid])]
+    x = jnp.asarray(samples, jnp.float32)
+    argmin = {t: grid[int(jnp.argmin(jax.vmap(lambda v: losses.expectile_loss(x - v, t))(jnp.asarray(grid, jnp.float32))))]
               for t in (0.5, 0.9)}
     assert abs(argmin[0.5] - samples.mean()) < 2e-3
     assert argmin[0.9] > samples.mean() + 0.5  # the 0.9-expectile of N(0, 1) is about 0.86
@@ -89,13 +90,30 @@ def _as_numpy(tree):
     return jax.tree.map(lambda x: np.asarray(x, np.float64), jax.device_get(tree))
 
 
-def test_iql_critic_step_equals_an_independent_autodiff_step(tiny_dirs, tokenizers):
-    config = learners.LearnerConfig(critic_lr=1e-3, gamma=0.9, tau=0.2, expectile=0.8)
+# One learner for both steps (one build, two compilations): the IQL critic step with expectile 0.8
+# and the AWR actor step with β 2 and clip 3.
+CONFIG = learners.LearnerConfig(critic_lr=1e-3, actor_lr=1e-3, gamma=0.9, tau=0.2, expectile=0.8, actor_loss="awr",
+                                awr_beta=2.0, awr_clip=3.0)
+
+
+@pytest.fixture(scope="module")
+def learner(tiny_dirs):
+    return learners.Learner(*make_modules(tiny_dirs), CONFIG)
+
+
+def _max_abs_err(a, b) -> float:
+    return max(jax.tree.leaves(jax.tree.map(lambda x, y: np.abs(x - y).max(), _as_numpy(a), _as_numpy(b))))
+
+
+def _adam_step(params, grads, lr):
+    tx = optax.chain(optax.clip_by_global_norm(CONFIG.max_grad_norm), optax.adam(lr))
+    updates, _ = tx.update(grads, tx.init(params), params)
+    return optax.apply_updates(params, updates)
+
+
+def test_iql_critic_step_equals_an_independent_autodiff_step(learner, tiny_dirs, tokenizers):
     batch = critic_batch(tokenizers)
-    actor, critic = make_modules(tiny_dirs)
-    learner = learners.Learner(actor, critic, config)
-    state = learner.init_critic()
-    new, metrics = learner.iql_critic_step(state, batch)
+    new, metrics = learner.iql_critic_step(learner.init_critic(), batch)
 
     # The reference: the IQL loss written out on the module, jax.grad, clip, Adam, Polyak.
     _, critic = make_modules(tiny_dirs)
@@ -107,34 +125,25 @@ def test_iql_critic_step_equals_an_independent_autodiff_step(tiny_dirs, tokenize
         e_next, e_s, e_a = target.embed(batch.next_observation), target.embed(batch.observation), target.embed(batch.action)
         nv1, nv2 = target.v_values(e_next)
         keep = 0.9 * (1 - jnp.asarray(batch.terminal))
-        tq = jnp.minimum(*target.q_values(e_s, e_a))
+        tq = jnp.minimum(*target.q_values(e_s, e_a))  # Q̄ of the dataset's action, min of two
         sq = lambda d, t: jnp.mean(jnp.where(d > 0, t, 1 - t) * d**2)  # noqa: E731
-        return (jnp.mean((online.q1 - (batch.reward + keep * nv1)) ** 2) + jnp.mean((online.q2 - (batch.reward + keep * nv2)) ** 2)
+        y1, y2 = batch.reward + keep * nv1, batch.reward + keep * nv2
+        return (jnp.mean((online.q1 - y1) ** 2) + jnp.mean((online.q2 - y2) ** 2)
                 + sq(tq - online.v1, 0.8) + sq(tq - online.v2, 0.8))
 
-    ref_loss, grads = jax.value_and_grad(loss)(params)
-    tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.critic_lr))
-    updates, _ = tx.update(grads, tx.init(params), params)
-    ref_params = optax.apply_updates(params, updates)
+    ref_loss, grads = jax.jit(jax.value_and_grad(loss))(params)
+    ref_params = _adam_step(params, grads, CONFIG.critic_lr)
     ref_target = jax.tree.map(lambda t, p: 0.8 * t + 0.2 * p, params, ref_params)
     assert abs(float(metrics["loss"]) - float(ref_loss)) < 1e-5 * max(1.0, abs(float(ref_loss)))
-    for ours, ref in ((new.params, ref_params), (new.target, ref_target)):
-        a, b = _as_numpy(ours), _as_numpy(ref)
-        err = max(jax.tree.leaves(jax.tree.map(lambda x, y: np.abs(x - y).max(), a, b)))
-        # Adam moves each parameter by about lr whatever its gradient: rounding in near-zero gradients
-        # shows at a small fraction of lr (tests/learners/test_learner.py), the step itself at lr.
-        assert err < 1e-2 * config.critic_lr, err
-    # It differs from the online critic step (V toward Q̄ of a fresh a_π, by MSE).
-    online_new, _ = learner.critic_step(learner.init_critic(), batch)
-    assert max(jax.tree.leaves(jax.tree.map(lambda x, y: np.abs(x - y).max(), _as_numpy(online_new.params),
-                                            _as_numpy(new.params)))) > 1e-5
+    # Adam moves each parameter by about lr whatever its gradient: rounding in near-zero gradients
+    # shows at a small fraction of lr (tests/learners/test_learner.py), the step itself at lr.
+    assert _max_abs_err(new.params, ref_params) < 1e-2 * CONFIG.critic_lr
+    assert _max_abs_err(new.target, ref_target) < 1e-2 * CONFIG.critic_lr
+    assert _max_abs_err(new.params, params) > 0.5 * CONFIG.critic_lr  # the step moved them
 
 
-def test_awr_actor_step_equals_an_independent_autodiff_step(tiny_dirs, tokenizers):
-    config = learners.LearnerConfig(actor_lr=1e-3, actor_loss="awr", awr_beta=2.0, awr_clip=3.0)
+def test_awr_actor_step_equals_an_independent_autodiff_step(learner, tiny_dirs, tokenizers):
     batch = actor_batch(tokenizers)
-    actor, critic = make_modules(tiny_dirs)
-    learner = learners.Learner(actor, critic, config)
     critic_state = learner.init_critic()
     new, metrics = learner.actor_step(learner.init_actor(), critic_state.params, batch)
 
@@ -148,13 +157,9 @@ def test_awr_actor_step_equals_an_independent_autodiff_step(tiny_dirs, tokenizer
         token_logprobs, _ = nnx.merge(graphdef, p)(batch.observation, batch.action)
         return -jnp.mean(weights * jnp.sum(token_logprobs * batch.action.mask, axis=-1))
 
-    ref_loss, grads = jax.value_and_grad(loss)(params)
-    tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.actor_lr))
-    updates, _ = tx.update(grads, tx.init(params), params)
-    ref_params = optax.apply_updates(params, updates)
+    ref_loss, grads = jax.jit(jax.value_and_grad(loss))(params)
     assert abs(float(metrics["loss"]) - float(ref_loss)) < 1e-5 * max(1.0, abs(float(ref_loss)))
-    a, b = _as_numpy(new.params), _as_numpy(ref_params)
-    assert max(jax.tree.leaves(jax.tree.map(lambda x, y: np.abs(x - y).max(), a, b))) < 1e-2 * config.actor_lr
+    assert _max_abs_err(new.params, _adam_step(params, grads, CONFIG.actor_lr)) < 1e-2 * CONFIG.actor_lr
 
 
 def test_offline_learner_config_is_checked():

@@ -35,15 +35,31 @@ def offline_micro(file: str = "20q_offline.py", **overrides):
     return c
 
 
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 @pytest.fixture(scope="module")
 def offline_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("offline")
     c = offline_micro()
-    return workdir, c, train_and_evaluate(c, workdir)
+    lines, logger = _Lines(), logging.getLogger("archer_jax")
+    logger.addHandler(lines)
+    try:
+        summary = train_and_evaluate(c, workdir)
+    finally:
+        logger.removeHandler(lines)
+    return workdir, c, summary, lines.lines
 
 
-def test_offline_archer_generates_its_data_and_trains_without_rollouts(offline_run, caplog):
-    workdir, c, summary = offline_run
+def test_offline_archer_generates_its_data_says_so_and_trains_without_rollouts(offline_run):
+    workdir, c, summary, warnings = offline_run
+    assert any(line.startswith("no offline.dataset given: generated 16 20q_subset dialogues") for line in warnings)
     assert summary["agent"] == "offline_archer" and summary["iterations"] == 2
     assert summary["env_samples"] == 0 and summary["episodes"] == 0  # the envs only evaluated it
     generated = workdir / "offline" / "generated" / "train.json"
@@ -59,16 +75,9 @@ def test_offline_archer_generates_its_data_and_trains_without_rollouts(offline_r
     assert (workdir / "learning_curve.png").is_file() and len(loop["evals"]) == 3
 
 
-def test_a_run_without_a_dataset_says_it_generates_one(tmp_path, caplog):
-    c = offline_micro(iterations=1)
-    with caplog.at_level(logging.WARNING, logger="archer_jax"):
-        train_and_evaluate(c, tmp_path)
-    assert any("no offline.dataset given: generated 16" in r.getMessage() for r in caplog.records)
-
-
 @pytest.mark.slow
 def test_offline_resume_is_exact(offline_run, tmp_path):
-    workdir, c, _ = offline_run
+    workdir, c, _, _ = offline_run
     train_and_evaluate(offline_micro(iterations=1), tmp_path)
     train_and_evaluate(offline_micro(), tmp_path)  # resumes at iteration 1, draws on from the saved sampler
     ref_actor, ref_critic, ref_replay, ref_loop = restored(workdir, c)
@@ -90,7 +99,7 @@ def test_offline_bc_agents_train_the_policy_only(agent, tmp_path):
 
 
 def test_online_archer_starts_from_the_offline_run(offline_run, tmp_path):
-    workdir, c, summary = offline_run
+    workdir, c, summary, _ = offline_run
     online = micro(init_from=str(workdir), sft__steps=0, iterations=1)
     run = Components(online, tmp_path / "components")
     try:
@@ -140,3 +149,15 @@ def test_city_offline_micro_runs_on_generated_city_dialogues(tmp_path):
     summary = train_and_evaluate(offline_micro("city_offline.py", iterations=1), tmp_path)
     assert summary["env"] == "guess_my_city" and summary["env_samples"] == 0
     assert json.loads((tmp_path / "offline" / "generated" / "train.json").read_text())[0]["conversation"]
+
+
+def test_preflight_checks_the_offline_paths(tmp_path):
+    from archer_jax import preflight
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match=r"^config.offline.data_dir: "):
+        preflight.check(offline_micro(offline__data_dir=str(blocker / "tfds")), tmp_path / "run")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"^config.offline.dataset: .*empty holds no .json dialogue file$"):
+        preflight.check(offline_micro(offline__dataset=str(tmp_path / "empty")), tmp_path / "run")
