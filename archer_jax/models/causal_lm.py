@@ -126,3 +126,59 @@ def vocabulary_logits(hidden_state: Array, table: Array | None, head: Callable[[
     if head is None:
         return jnp.einsum("...d,vd->...v", hidden_state, table.astype(dtype), preferred_element_type=jnp.float32)
     return head(hidden_state).astype(jnp.float32)
+
+
+class CausalLM(nnx.Module):
+    """What every causal LM family's forward pass shares: attention inputs (masks, positions,
+    cache slots), the layer pass (:func:`run_layers`), the final norm and the vocabulary logits.
+
+    A family sets ``config``, ``dtype``, ``remat`` and ``lm_head`` (None when tied) in its
+    ``__init__``, names its parameter attributes in :attr:`PARTS` (kept as in the HF checkpoints,
+    so the weight rules read them) and gives :meth:`embed_inputs` and :meth:`layer_call`.
+    """
+
+    # The attributes holding the token embedding, the layer list and the final norm.
+    PARTS: dict[str, str] = {"embedding": "embed_tokens", "layers": "layers", "norm": "norm"}
+
+    def embed_inputs(self, input_ids: Array, inputs: AttentionInputs) -> Array:
+        """The first hidden states of ``input_ids`` (token embeddings, plus positions where learned)."""
+        return getattr(self, self.PARTS["embedding"])(input_ids)
+
+    def layer_call(self, inputs: AttentionInputs, cache_index: Array | int) -> Callable:
+        """``call(layer, x, layer_cache) -> (x, layer_cache)`` for :func:`run_layers`, with this
+        call's masks and positions bound."""
+        raise NotImplementedError
+
+    def __call__(
+        self,
+        input_ids: Array,
+        attention_mask: Array | None = None,
+        *,
+        position_ids: Array | None = None,
+        cache: tuple[KVCache, ...] | None = None,
+        cache_index: Array | int = 0,
+        return_logits: bool = True,
+    ) -> CausalLMOutput:
+        """Runs the model on ``input_ids`` (``[batch, len]``).
+
+        Args:
+          attention_mask: 1 for real tokens, 0 for padding; ``[batch, len]`` without a cache,
+            ``[batch, slots]`` with one. Defaults to all ones (no cache only).
+          position_ids: defaults to (number of real tokens before each position).
+          cache: from :func:`init_cache` or a previous call; the returned output carries the
+            updated cache.
+          cache_index: the cache slot of ``input_ids[:, 0]``.
+          return_logits: False skips the LM head (``logits`` is None); apply :meth:`lm_logits`
+            to the hidden states that need it, e.g. the last position when sampling.
+        """
+        inputs = attention_inputs(input_ids, attention_mask, cache, cache_index, position_ids)
+        x = self.embed_inputs(input_ids, inputs)
+        x, new_cache = run_layers(getattr(self, self.PARTS["layers"]), x, self.layer_call(inputs, cache_index), cache,
+                                  self.remat)
+        x = getattr(self, self.PARTS["norm"])(x)
+        return CausalLMOutput(self.lm_logits(x) if return_logits else None, x, new_cache)
+
+    def lm_logits(self, hidden_state: Array) -> Array:
+        """Float32 vocabulary logits of final hidden states (``[..., embed]`` -> ``[..., vocab]``)."""
+        table = getattr(self, self.PARTS["embedding"]).embedding[...]
+        return vocabulary_logits(hidden_state, table, self.lm_head, self.dtype)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from archer_jax.models.attention import KVCache, MultiHeadAttention
-from archer_jax.models.causal_lm import CausalLMOutput, attention_inputs, init_cache, run_layers, vocabulary_logits
+from archer_jax.models.causal_lm import AttentionInputs, CausalLM
 from archer_jax.models.config import HFConfig
 from archer_jax.models.layers import DType, activation, check_remat, dense, embedding, layer_norm
 
@@ -101,9 +101,12 @@ class GPT2Block(nnx.Module):
         return x + self.mlp(self.ln_2(x)), cache
 
 
-class GPT2LMHeadModel(nnx.Module):
+class GPT2LMHeadModel(CausalLM):
     """GPT-2 with its language-model head; parameters in ``param_dtype``, compute in ``dtype``;
-    ``remat`` names the blocks' activation checkpointing (``layers.REMAT_POLICIES``)."""
+    ``remat`` names the blocks' activation checkpointing (``layers.REMAT_POLICIES``). The forward
+    pass is :class:`~archer_jax.models.causal_lm.CausalLM`'s."""
+
+    PARTS = {"embedding": "wte", "layers": "h", "norm": "ln_f"}
 
     def __init__(
         self,
@@ -132,36 +135,9 @@ class GPT2LMHeadModel(nnx.Module):
             else dense(config.n_embd, config.vocab_size, ("embed",), ("vocab",), use_bias=False, **kw)
         )
 
-    def __call__(
-        self,
-        input_ids: Array,
-        attention_mask: Array | None = None,
-        *,
-        position_ids: Array | None = None,
-        cache: tuple[KVCache, ...] | None = None,
-        cache_index: Array | int = 0,
-        return_logits: bool = True,
-    ) -> CausalLMOutput:
-        """Runs the model on ``input_ids`` (``[batch, len]``).
+    def embed_inputs(self, input_ids: Array, inputs: AttentionInputs) -> Array:
+        return self.wte(input_ids) + self.wpe(inputs.positions)  # learned positions
 
-        Args:
-          attention_mask: 1 for real tokens, 0 for padding; ``[batch, len]`` without a cache,
-            ``[batch, slots]`` with one. Defaults to all ones (no cache only).
-          position_ids: defaults to (number of real tokens before each position).
-          cache: from :func:`init_cache` or a previous call; the returned output carries the
-            updated cache.
-          cache_index: the cache slot of ``input_ids[:, 0]``.
-          return_logits: False skips the LM head (``logits`` is None); apply :meth:`lm_logits`
-            to the hidden states that need it, e.g. the last position when sampling.
-        """
-        inputs = attention_inputs(input_ids, attention_mask, cache, cache_index, position_ids)
+    def layer_call(self, inputs: AttentionInputs, cache_index: Array | int):
         mask = inputs.mask()
-        x = self.wte(input_ids) + self.wpe(inputs.positions)
-        x, new_cache = run_layers(self.h, x, lambda block, h, c: block(h, mask, c, cache_index), cache, self.remat)
-        x = self.ln_f(x)
-        logits = self.lm_logits(x) if return_logits else None
-        return CausalLMOutput(logits, x, new_cache)
-
-    def lm_logits(self, hidden_state: Array) -> Array:
-        """Float32 vocabulary logits of final hidden states (``[..., embed]`` -> ``[..., vocab]``)."""
-        return vocabulary_logits(hidden_state, self.wte.embedding[...], self.lm_head, self.dtype)
+        return lambda block, h, c: block(h, mask, c, cache_index)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from archer_jax.models.attention import KVCache, MultiHeadAttention
-from archer_jax.models.causal_lm import CausalLMOutput, attention_inputs, run_layers, vocabulary_logits
+from archer_jax.models.causal_lm import AttentionInputs, CausalLM
 from archer_jax.models.config import HFConfig
 from archer_jax.models.layers import DType, activation, check_remat, dense, embedding, rms_norm
 from archer_jax.models.rope import RopeScaling, apply_rotary, inverse_frequencies
@@ -204,7 +204,7 @@ class LlamaDecoderLayer(nnx.Module):
         return x + self.mlp(self.post_attention_layernorm(x)), cache
 
 
-class LlamaForCausalLM(nnx.Module):
+class LlamaForCausalLM(CausalLM):
     """A Llama-family causal LM; parameters in ``param_dtype``, compute in ``dtype``; ``remat``
     names the layers' activation checkpointing (``layers.REMAT_POLICIES``)."""
 
@@ -232,35 +232,13 @@ class LlamaForCausalLM(nnx.Module):
             else dense(config.hidden_size, config.vocab_size, ("embed",), ("vocab",), use_bias=False, **kw)
         )
 
-    def __call__(
-        self,
-        input_ids: Array,
-        attention_mask: Array | None = None,
-        *,
-        position_ids: Array | None = None,
-        cache: tuple[KVCache, ...] | None = None,
-        cache_index: Array | int = 0,
-        return_logits: bool = True,
-    ) -> CausalLMOutput:
-        """Runs the model on ``input_ids`` (``[batch, len]``); arguments as for every causal LM
-        (:meth:`archer_jax.models.gpt2.GPT2LMHeadModel.__call__`)."""
-        inputs = attention_inputs(input_ids, attention_mask, cache, cache_index, position_ids)
+    def layer_call(self, inputs: AttentionInputs, cache_index: Array | int):
         windows = {self.config.window(i) for i in range(self.config.num_hidden_layers)} - {None}
         full = inputs.mask()
-        masks = (full, inputs.mask(windows.pop()) if windows else full)
+        masks = (full, inputs.mask(windows.pop()) if windows else full)  # each layer picks by its window
         inv_freq = inverse_frequencies(self.config.head_dim, self.config.rope_theta, self.config.rope_scaling)
         rotary = functools.partial(apply_rotary, positions=inputs.positions, inv_freq=inv_freq)
-        x = self.embed_tokens(input_ids)
-        x, new_cache = run_layers(
-            self.layers, x, lambda layer, h, c: layer(h, masks, rotary, c, cache_index), cache, self.remat
-        )
-        x = self.norm(x)
-        logits = self.lm_logits(x) if return_logits else None
-        return CausalLMOutput(logits, x, new_cache)
-
-    def lm_logits(self, hidden_state: Array) -> Array:
-        """Float32 vocabulary logits of final hidden states (``[..., embed]`` -> ``[..., vocab]``)."""
-        return vocabulary_logits(hidden_state, self.embed_tokens.embedding[...], self.lm_head, self.dtype)
+        return lambda layer, h, c: layer(h, masks, rotary, c, cache_index)
 
 
 FAMILY: dict[str, type[LlamaConfig]] = {c.model_type: c for c in (LlamaConfig, MistralConfig, Qwen2Config)}
