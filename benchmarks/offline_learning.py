@@ -135,30 +135,40 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--override", nargs="*", default=[], help="config overrides for every run, key=value")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--report-only", action="store_true", help="no training: tables and plot from the summaries")
     args = parser.parse_args()
 
     workdir = args.workdir.resolve()
     start = time.perf_counter()
-    data = make_dataset(workdir, args.episodes, args.policy_mix, args.data_seed, args.max_turns)
     jobs = [(v, s) for s in args.seeds for v in args.variants]
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        summaries = [f.result() for f in [pool.submit(run_one, args.config, workdir, data, v, s, args.override)
-                                          for v, s in jobs]]
+    previous = json.loads((args.out / "offline_learning.json").read_text()) if args.report_only else {}
+    if args.report_only:
+        data = workdir / "data"
+        summaries = [json.loads((workdir / f"{v}_seed{s}" / "summary.json").read_text()) | dict(variant=v) for v, s in jobs]
+        walls = {(r["variant"], r["seed"]): r.get("benchmark_wall_s") for r in previous.get("runs", [])}
+        for summary in summaries:
+            summary["benchmark_wall_s"] = walls.get((summary["variant"], summary["config"]["seed"]))
+    else:
+        data = make_dataset(workdir, args.episodes, args.policy_mix, args.data_seed, args.max_turns)
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            summaries = [f.result() for f in [pool.submit(run_one, args.config, workdir, data, v, s, args.override)
+                                              for v, s in jobs]]
     config = summaries[0]["config"]
     steps = {v: (config["bc_steps"] if v in ("filtered_bc", "bc") else config["actor_steps"]) for v in VARIANTS}
     rows = aggregate(summaries)
     args.out.mkdir(parents=True, exist_ok=True)
     dataset = json.loads((data / "train.json").read_text())
     returns = [-(len(g["lines"]) - 1) if g["correct"] else -len(g["lines"]) for g in dataset]
-    title = (f"{args.config}, {len(dataset)} expert dialogues ({args.policy_mix}), "
-             f"{len(args.seeds)} seeds, band = min..max")
+    title = (f"{args.config}: {len(dataset)} expert dialogues ({args.policy_mix})\n"
+             f"{len(args.seeds)} seeds; mean, band = min..max")
     plot(summaries, steps, args.out / "offline_learning.png", title)
     text = table(rows)
     text += (f"\n\nDataset: {len(dataset)} dialogues, mean return {statistics.mean(returns):.2f}, "
              f"success {statistics.mean(g['correct'] for g in dataset):.2f}.")
     (args.out / "offline_learning.md").write_text(text + "\n")
+    seconds = previous.get("seconds") if args.report_only else time.perf_counter() - start
     result = dict(benchmark="offline_learning", machine=machine(), config=dict(vars(args), workdir=str(args.workdir),
-                  out=str(args.out)), seconds=time.perf_counter() - start, rows=rows,
+                  out=str(args.out)), seconds=seconds, rows=rows,
                   dataset=dict(dialogues=len(dataset), mean_return=statistics.mean(returns),
                                success=statistics.mean(g["correct"] for g in dataset)),
                   runs=[{k: s[k] for k in ("variant", "evals", "wall_time_s", "benchmark_wall_s")}

@@ -35,7 +35,8 @@ def steps(tiny_dirs, tokenizers, micro_batch_size):
     actor, am = learner.actor_step(learner.init_actor(), critic.params, actor_batch(tokenizers, n=16))
     batch = actor_batch(tokenizers, n=16, seed=1)
     bc, bm = learner.bc_step(learner.init_actor(), learners.BCBatch(batch.observation, batch.action))
-    layouts = {name: [(x.size, x.count) for x in program.layouts.values()] for name, program in learner.programs().items()}
+    layouts = {name: [(x.size, x.count) for x in program.layouts.values()] for name, program in learner.programs().items()
+               if program.layouts}  # the steps that ran
     return as_numpy((critic.params, critic.target, actor.params, bc.params)), as_numpy((cm, am, bm)), layouts
 
 
