@@ -25,6 +25,7 @@ from archer_jax.envs import registry
 from archer_jax.envs.pool import EnvPool
 from archer_jax.input_pipeline import InputPipeline
 from archer_jax.learners import registry as actor_losses
+from archer_jax.learners.ppo import PPOConfig
 from archer_jax.learners.actor import Actor
 from archer_jax.learners.critic import DoubleCritic
 from archer_jax.learners.learner import Learner, LearnerConfig
@@ -65,11 +66,14 @@ class Components:
         room = policy.config.max_positions - c.sampling.max_new_tokens
         sampler = Sampler(policy, policy_tokenizer, mesh=self.local_mesh, max_prompt_length=min(c.model.max_prompt_length, room),
                           matmul_precision=precision)
+        ppo = PPOConfig(**c.ppo) if self.agent.ppo else None
+        token_baseline = actor_losses.get_actor_loss(c.learner.actor_loss).needs_baseline
         self.actor_module = Actor(
-            policy, token_baseline=actor_losses.get_actor_loss(c.learner.actor_loss).needs_baseline, rngs=nnx.Rngs(c.seed)
+            policy, token_baseline=token_baseline or (ppo is not None and ppo.estimator.needs_values),
+            baseline_gradient=ppo is not None and ppo.value_head == "shared", rngs=nnx.Rngs(c.seed),
         )
         critic, critic_tokenizer, max_critic_length = None, None, c.model.max_critic_length
-        if self.agent.needs_critic:
+        if self.agent.uses_critic(c):
             critic_dir = model_directory(c.model.critic, self.workdir)
             critic_tokenizer = load_tokenizer(critic_dir)
             encoder = load_roberta(critic_dir, dtype=dtype, remat=c.model.remat, seed=c.seed)
@@ -81,7 +85,7 @@ class Components:
         critic_rules = shd.REPLICATED_RULES if c.model.critic_sharding == "replicated" else shd.DEFAULT_RULES
         self.learner = Learner(self.actor_module, critic, LearnerConfig(**c.learner), mesh=self.mesh, matmul_precision=precision,
                                critic_rules=critic_rules,
-                               micro_batch_limit=auto_limit(platform, c.batch_size))
+                               micro_batch_limit=auto_limit(platform, c.batch_size), ppo=ppo)
         prompter = Prompter(prompts.get(c.model.prompt_format), policy_tokenizer)
         self.pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, sampler.max_prompt_length, max_critic_length,
                                       c.sampling.max_new_tokens, prompter)
@@ -129,6 +133,7 @@ class Components:
         config = LearnerConfig(actor_lr=c.sft.lr, max_grad_norm=c.learner.max_grad_norm, actor_loss=c.learner.actor_loss,
                                micro_batch_size=c.learner.micro_batch_size)
         return Learner(self.actor_module, None, config, mesh=self.mesh, matmul_precision=self.config.model.matmul_precision,
+                       ppo=self.learner.ppo,  # the same actor (value head) as the run's
                        micro_batch_limit=auto_limit(self.mesh.devices.flat[0].platform, c.sft.batch_size))
 
     def policy(self, states: States):

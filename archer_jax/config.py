@@ -66,7 +66,7 @@ RENAMED = {
 def base_config() -> ml_collections.ConfigDict:
     """Every config key with the paper's online defaults for Twenty Questions."""
     c = ml_collections.ConfigDict()
-    c.agent = "archer"  # a name in archer_jax.agents: archer | chai | filtered_bc | offline_archer | offline_(filtered_)bc
+    c.agent = "archer"  # a name in archer_jax.agents: archer | chai | filtered_bc | ppo | offline_archer | offline_(filtered_)bc
     c.seed = 0
     # Offline-to-online (archer_jax/handover.py): start from the policy (and critic) of the newest
     # checkpoint of this run directory, e.g. an offline ArCHer run's. "" = start as configured.
@@ -87,6 +87,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.warmup_iter = 20  # iterations that train the critic only
     c.chai_samples = 5  # CHAI: candidate actions per state
     c.filtered_bc_fraction = 0.1  # filtered BC: top fraction of trajectories kept
+    # Rollouts per game: rollout_size / k games, each played k times (GRPO's groups; 1 = every
+    # dialogue its own game).
+    c.rollout_group_size = 1
 
     # Bookkeeping.
     c.eval_freq = 25  # iterations between greedy evaluations (0 = only before and at the end)
@@ -156,6 +159,14 @@ def base_config() -> ml_collections.ConfigDict:
         dataset="", data_dir="", split="train",
         generate_episodes=2000, policy_mix="optimal:0.2,redundant:0.3,random:0.5", generate_seed=0,
     ))
+    # Token-level PPO (agent "ppo", archer_jax/learners/ppo.py) and its advantage estimator
+    # (archer_jax/learners/advantages.py). The paper's Table 2 names PPO's epochs, GAE lambda and
+    # clip range; these defaults are PPO's usual values (Schulman et al. 2017) and RAGEN's for its
+    # archer estimator (high_level_gamma 0.95, alpha 0.1).
+    c.ppo = ml_collections.ConfigDict(dict(
+        adv_estimator="gae", epochs=4, clip=0.2, value_clip=0.2, vf_coef=0.5, kl_coef=0.0,
+        gamma=1.0, lam=0.95, high_level_gamma=0.95, archer_alpha=0.1, whiten=True, value_head="shared",
+    ))
     c.sft = ml_collections.ConfigDict(dict(
         steps=0,  # 0 = no warm start
         lr=1e-4,
@@ -189,7 +200,7 @@ def offline_config() -> ml_collections.ConfigDict:
 # One line of documentation per key of base_config (``--help`` prints them with the defaults; a
 # test checks that every key has one). The longer story is in docs/algorithms.md, section 10.
 KEY_DOCS: dict[str, str] = {
-    "agent": "the algorithm: archer | chai | filtered_bc | offline_archer | offline_bc | offline_filtered_bc (archer_jax.agents)",
+    "agent": "the algorithm: archer | chai | filtered_bc | ppo | offline_archer | offline_bc | offline_filtered_bc (archer_jax.agents)",
     "init_from": "a run directory whose newest checkpoint's policy (and critic) this run starts from (\"\" = none)",
     "seed": "the run's seed: model initialisation, sampling, env games, replay draws",
     "iterations": "outer-loop iterations (roll out, store, learn)",
@@ -253,6 +264,19 @@ KEY_DOCS: dict[str, str] = {
     "offline.generate_episodes": "offline agents without a dataset: expert dialogues generated",
     "offline.policy_mix": "offline agents without a dataset: expert kinds and weights, e.g. optimal:0.2,redundant:0.3,random:0.5",
     "offline.generate_seed": "offline agents without a dataset: the generator's seed (the same data for every run seed)",
+    "rollout_group_size": "rollouts per game: rollout_size / k games each played k times (grpo's groups; 1 = off)",
+    "ppo.adv_estimator": "PPO's advantage estimator: gae | grpo | archer_ragen | archer_hierarchical (archer_jax.learners.advantages)",
+    "ppo.epochs": "PPO: passes over each iteration's rollouts (minibatches of batch_size x grad_accum_steps)",
+    "ppo.clip": "PPO: the policy ratio's clip range epsilon, in (0, 1)",
+    "ppo.value_clip": "PPO: the value loss's clip range around the rollout's values (> 0)",
+    "ppo.vf_coef": "PPO: the value loss's weight",
+    "ppo.kl_coef": "PPO: the weight of the KL penalty to the policy RL started from (0 = off)",
+    "ppo.gamma": "PPO: discount per token of gae and archer_ragen, in [0, 1]",
+    "ppo.lam": "PPO: GAE's lambda, in [0, 1] (every estimator with a value head)",
+    "ppo.high_level_gamma": "PPO archer_ragen: RAGEN's turn-level discount, in [0, 1]",
+    "ppo.archer_alpha": "PPO archer_ragen: RAGEN's weight of the turn-level values in the mixed baseline, in [0, 1]",
+    "ppo.whiten": "PPO: whiten the advantages over the batch's tokens (gae, archer_hierarchical; archer_ragen always does)",
+    "ppo.value_head": "PPO: shared (the value head trains the policy's layers too) | detached (a probe on stopped hidden states)",
     "sft.steps": "SFT warm-start steps before RL (0 = no warm start)",
     "sft.lr": "SFT Adam learning rate",
     "sft.batch_size": "SFT pairs per step",
@@ -470,6 +494,37 @@ def _check_offline(c: ml_collections.ConfigDict, given: dict) -> None:
         checkpoint_directory(c.init_from)
 
 
+def _check_ppo(c: ml_collections.ConfigDict, given: dict) -> None:
+    """PPO's keys and the rollout groups (GRPO's)."""
+    from archer_jax.learners import advantages
+    from archer_jax.learners.ppo import VALUE_HEADS
+
+    if c.ppo.adv_estimator not in advantages.ESTIMATORS:
+        raise ConfigError(f"config.ppo.adv_estimator: unknown value {c.ppo.adv_estimator!r}; known: "
+                          f"{', '.join(advantages.ESTIMATORS)}")
+    if c.ppo.value_head not in VALUE_HEADS:
+        raise ConfigError(f"config.ppo.value_head: unknown value {c.ppo.value_head!r}; known: {', '.join(VALUE_HEADS)}")
+    if given["ppo.epochs"] < 1:
+        raise ConfigError(f"config.ppo.epochs: must be >= 1, got {given['ppo.epochs']}")
+    if not 0 < given["ppo.clip"] < 1:
+        raise ConfigError(f"config.ppo.clip: must be in (0, 1), got {given['ppo.clip']}")
+    for key in ("ppo.value_clip",):
+        if not (math.isfinite(given[key]) and given[key] > 0):
+            raise ConfigError(f"config.{key}: must be finite and > 0, got {given[key]}")
+    for key in ("ppo.vf_coef", "ppo.kl_coef"):
+        if not (math.isfinite(given[key]) and given[key] >= 0):
+            raise ConfigError(f"config.{key}: must be finite and >= 0, got {given[key]}")
+    for key in ("ppo.gamma", "ppo.lam", "ppo.high_level_gamma", "ppo.archer_alpha"):
+        if not 0 <= given[key] <= 1:
+            raise ConfigError(f"config.{key}: must be in [0, 1], got {given[key]}")
+    k = given["rollout_group_size"]
+    if k < 1 or c.rollout_size % k:
+        raise ConfigError(f"config.rollout_group_size: must be >= 1 and divide rollout_size ({c.rollout_size}), got {k}")
+    if c.agent == "ppo" and advantages.get(c.ppo.adv_estimator).needs_groups and k < 2:
+        raise ConfigError(f"config.rollout_group_size: adv_estimator {c.ppo.adv_estimator!r} compares rollouts of "
+                          f"one game, so it needs at least 2 per game (got {k}); e.g. --config.rollout_group_size=4")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises :class:`ConfigError` (one line, naming the key) unless ``config`` can be trained."""
     given = _check_keys(config)
@@ -516,8 +571,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
         if c.mesh[axis] == 0 or c.mesh[axis] < -1:
             raise ConfigError(f"config.mesh.{axis}: must be -1 (all remaining devices) or >= 1, got {c.mesh[axis]}")
     _check_offline(c, given)
+    _check_ppo(c, given)
     _check_model("model.policy", c.model.policy, CAUSAL_KINDS)
-    if agents.get(c.agent).needs_critic:
+    if agents.get(c.agent).uses_critic(c):
         _check_model("model.critic", c.model.critic, ("roberta",))
     if c.sft.steps:
         data = c.sft.data

@@ -37,6 +37,7 @@ FIXED = (
     "learner.actor_loss", "sft.",  # "sft.": every key of the warm start, which is done
     "init_from", "offline.dataset", "offline.split", "offline.generate_",  # where the run started; its dataset
     "offline.policy_mix",
+    "ppo.adv_estimator", "ppo.value_head", "ppo.kl_coef",  # the actor's value head, and its reference copy
 )
 
 Changes = dict[str, tuple[Any, Any]]

@@ -130,7 +130,7 @@ def check_models(config: ml_collections.ConfigDict) -> None:
     """The policy's ``config.json`` describes a causal LM (GPT-2 or the Llama family) with room for
     a prompt next to ``sampling.max_new_tokens``; the critic's (when the agent has one) a RoBERTa."""
     roles = [("model.policy", config.model.policy, CAUSAL_LM_TYPES)]
-    if agents.get(config.agent).needs_critic:
+    if agents.get(config.agent).uses_critic(config):
         roles.append(("model.critic", config.model.critic, ("roberta",)))
     for key, name, kinds in roles:
         expected = repr(kinds[0]) if len(kinds) == 1 else f"a causal LM ({', '.join(map(repr, kinds))})"

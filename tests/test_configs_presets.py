@@ -25,8 +25,8 @@ def load(name: str):
 
 
 def test_every_config_file_is_listed():
-    assert FILES == ["20q.py", "20q_llm.py", "20q_offline.py", "20q_subset.py", "city.py", "city_offline.py", "detective.py",
-                     "webshop.py"]
+    assert FILES == ["20q.py", "20q_llm.py", "20q_offline.py", "20q_ppo.py", "20q_subset.py", "city.py", "city_offline.py",
+                     "detective.py", "webshop.py"]
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -40,7 +40,8 @@ def test_every_config_has_tiny_and_micro_presets_with_tiny_models_and_small_coun
         policy = "tiny:llama" if name == "20q_llm.py" else "tiny:gpt2"  # the 7B setting's tiny one is Llama-shaped
         assert (c.model.policy, c.model.critic) == (policy, "tiny:roberta")
         # The same game (20q's presets play its 10-object subset: a tiny policy cannot hold 157).
-        assert c.env.name == ("twenty_questions_subset" if name in ("20q.py", "20q_offline.py") else paper.env.name)
+        assert c.env.name == ("twenty_questions_subset" if name in ("20q.py", "20q_offline.py", "20q_ppo.py")
+                              else paper.env.name)
         assert dict(c.env.options) == dict(paper.env.options)
     assert tiny.iterations * tiny.rollout_size <= 1000 < paper.iterations * paper.rollout_size
     assert tiny.batch_size * tiny.grad_accum_steps <= 32 and tiny.model.max_prompt_length <= 256
@@ -56,7 +57,15 @@ def test_the_subset_presets_are_the_twenty_questions_ones():
     assert load("20q_subset.py").get_config().env.name == "twenty_questions_subset"
 
 
-@pytest.mark.parametrize("name", ["20q.py", "20q_subset.py", "city.py", "20q_offline.py", "city_offline.py"])
+@pytest.mark.parametrize("preset", ["", "tiny", "micro"])
+def test_the_ppo_presets_are_the_twenty_questions_ones_with_agent_ppo(preset):
+    """PPO starts where ArCHer does (same SFT warm start, models, rollouts, evaluation games)."""
+    ppo, archer = load("20q_ppo.py").get_config(preset).to_dict(), load("20q.py").get_config(preset).to_dict()
+    assert ppo.pop("agent") == "ppo" and archer.pop("agent") == "archer"
+    assert ppo == archer
+
+
+@pytest.mark.parametrize("name", ["20q.py", "20q_subset.py", "city.py", "20q_offline.py", "city_offline.py", "20q_ppo.py"])
 def test_tiny_turn_limits_leave_room_for_the_optimal_expert(name):
     tiny = load(name).get_config("tiny")
     assert report.optimal_return(tiny.env.name, tiny.env.max_turns) is not None

@@ -11,11 +11,11 @@ with an ``AGENT`` and a line here, or :func:`register` from the user's own code.
 
 from __future__ import annotations
 
-from archer_jax.agents import archer, chai, filtered_bc, offline_archer, offline_bc
+from archer_jax.agents import archer, chai, filtered_bc, offline_archer, offline_bc, ppo
 from archer_jax.agents.agent import Agent
 
 AGENTS: dict[str, Agent] = {a.name: a for a in (archer.AGENT, chai.AGENT, filtered_bc.AGENT, offline_archer.AGENT,
-                                                offline_bc.BC, offline_bc.FILTERED_BC)}
+                                                offline_bc.BC, offline_bc.FILTERED_BC, ppo.AGENT)}
 
 
 def register(agent: Agent) -> None:

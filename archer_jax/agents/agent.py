@@ -30,15 +30,22 @@ class Agent:
     the envs; ``rows`` are the observations' global game numbers (each dialogue's samples are keyed
     by its game). ``learn(run, states, replay, iteration)`` runs one iteration's updates and returns the
     new states with the seconds each phase took (``{"critic": ..., "actor": ...}``).
-    ``needs_critic``: whether the run builds the double critic. ``offline``: it learns from a fixed
-    dataset (:mod:`archer_jax.data`) instead of its own rollouts; the envs only evaluate it.
+    ``needs_critic``: whether the run builds the double critic (or a function of the config that
+    says, e.g. PPO's estimator). ``offline``: it learns from a fixed dataset
+    (:mod:`archer_jax.data`) instead of its own rollouts; the envs only evaluate it. ``ppo``: the
+    learner builds PPO's step from ``config.ppo`` (:mod:`archer_jax.learners.ppo`).
     """
 
     name: str
     act: Act
     learn: Learn
-    needs_critic: bool = True
+    needs_critic: bool | Callable[[object], bool] = True
     offline: bool = False
+    ppo: bool = False
+
+    def uses_critic(self, config) -> bool:
+        """Whether a run of ``config`` builds the double critic."""
+        return self.needs_critic(config) if callable(self.needs_critic) else self.needs_critic
 
 
 def timed(fn, *args):

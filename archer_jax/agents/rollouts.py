@@ -41,9 +41,12 @@ def _play(run: Components, agent: Agent, states: States, seeds: Sequence[int], k
 
 def collect(run: Components, agent: Agent, states: States, iteration: int) -> list[rollout.Episode]:
     """``rollout_size`` dialogues with the agent's acting rule (sampling; CHAI: its choice), on the
-    env's training tasks (``split="train"``: e.g. WebShop's training goals)."""
+    env's training tasks (``split="train"``: e.g. WebShop's training goals); with
+    ``rollout_group_size`` k > 1, ``rollout_size / k`` games each played k times in a row (the same
+    seed: the same secret word or city), each sampled with its own key."""
     c = run.config
-    seeds = np.random.SeedSequence([c.seed, iteration]).generate_state(c.rollout_size)
+    k = c.rollout_group_size  # rollouts per game (GRPO's groups): rollout_size / k games, each k times
+    seeds = np.repeat(np.random.SeedSequence([c.seed, iteration]).generate_state(c.rollout_size // k), k)
     return _play(run, agent, states, seeds, run.key_for(ROLLOUT, iteration), False, f"rollouts {iteration}")
 
 

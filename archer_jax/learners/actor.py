@@ -41,9 +41,12 @@ def action_logprobs(policy: nnx.Module, observation: Tokens, action: Tokens) -> 
 
 
 class TokenBaseline(nnx.Module):
-    """``b_t``: a linear value head on the policy's (gradient-stopped) hidden state per token."""
+    """``b_t``: a linear value head on the policy's hidden state per token, gradient-stopped
+    (``detach``: ArCHer's token baseline, a probe that leaves the policy alone) or not (PPO's
+    shared actor-critic: the value loss trains the policy's layers too)."""
 
-    def __init__(self, features: int, *, param_dtype: DType = jnp.float32, rngs: nnx.Rngs):
+    def __init__(self, features: int, *, detach: bool = True, param_dtype: DType = jnp.float32, rngs: nnx.Rngs):
+        self.detach = detach
         self.head = nnx.Linear(
             features,
             1,
@@ -54,16 +57,20 @@ class TokenBaseline(nnx.Module):
         )
 
     def __call__(self, hidden: Array) -> Array:
-        return self.head(jax.lax.stop_gradient(hidden).astype(jnp.float32))[..., 0]
+        hidden = jax.lax.stop_gradient(hidden) if self.detach else hidden
+        return self.head(hidden.astype(jnp.float32))[..., 0]
 
 
 class Actor(nnx.Module):
-    """What the actor step trains: ``policy`` and, for the token-level baseline, ``baseline``."""
+    """What the actor step trains: ``policy`` and, for the token-level baseline (or PPO's value
+    head), ``baseline``, gradient-stopped from the policy unless ``baseline_gradient``."""
 
-    def __init__(self, policy: nnx.Module, *, token_baseline: bool = False, rngs: nnx.Rngs | None = None):
+    def __init__(self, policy: nnx.Module, *, token_baseline: bool = False, baseline_gradient: bool = False,
+                 rngs: nnx.Rngs | None = None):
         self.policy = policy
         self.baseline = (
-            TokenBaseline(policy.config.hidden_size, rngs=rngs if rngs is not None else nnx.Rngs(0))
+            TokenBaseline(policy.config.hidden_size, detach=not baseline_gradient,
+                          rngs=rngs if rngs is not None else nnx.Rngs(0))
             if token_baseline
             else None
         )

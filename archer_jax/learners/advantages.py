@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -148,13 +149,27 @@ def archer_hierarchical(turn_values: Array, values: Array, mask: Array, turn_end
     return (masked_whiten(adv, mask) if whiten else adv), ret
 
 
+class TokenRows(NamedTuple):
+    """What the estimators read, ``[rows, tokens]`` unless said: each row a dialogue's utterances
+    one after the other (:mod:`archer_jax.agents.ppo` lays them out)."""
+
+    rewards: Array  # each turn's reward at its utterance's last token
+    values: Array  # the token value head's V_t (zeros without one)
+    mask: Array  # 1 at the policy's tokens
+    turn_end: Array  # 1 at each utterance's last token
+    turn_values: Array  # min Q(s, a) of the utterance critic at each utterance's last token (archer_hierarchical)
+    group: Array  # [rows] the game of each row (grpo's groups)
+
+
 @dataclasses.dataclass(frozen=True)
 class Estimator:
-    """A registered estimator: ``needs_values`` (the token value head), ``needs_critic`` (the
-    utterance critic: ``archer_hierarchical``), ``needs_groups`` (k rollouts per game: ``grpo``)."""
+    """A registered estimator: ``fn(rows: TokenRows, config) -> (advantages, returns)``, ``config``
+    a :class:`~archer_jax.learners.ppo.PPOConfig`. ``needs_values``: the token value head;
+    ``needs_critic``: the utterance critic (``archer_hierarchical``); ``needs_groups``: several
+    rollouts per game (``grpo``)."""
 
     name: str
-    fn: Callable[..., tuple[Array, Array]]
+    fn: Callable[[TokenRows, object], tuple[Array, Array]]
     needs_values: bool = True
     needs_critic: bool = False
     needs_groups: bool = False
@@ -179,7 +194,9 @@ def get(name: str) -> Estimator:
         raise KeyError(f"unknown advantage estimator {name!r}; registered: {', '.join(ESTIMATORS)}") from None
 
 
-register(Estimator("gae", gae))
-register(Estimator("grpo", grpo, needs_values=False, needs_groups=True))
-register(Estimator("archer_ragen", archer_ragen))
-register(Estimator("archer_hierarchical", archer_hierarchical, needs_critic=True))
+register(Estimator("gae", lambda r, c: gae(r.rewards, r.values, r.mask, gamma=c.gamma, lam=c.lam, whiten=c.whiten)))
+register(Estimator("grpo", lambda r, c: grpo(r.rewards, r.mask, r.group), needs_values=False, needs_groups=True))
+register(Estimator("archer_ragen", lambda r, c: archer_ragen(
+    r.rewards, r.values, r.mask, gamma=c.gamma, lam=c.lam, high_level_gamma=c.high_level_gamma, alpha=c.archer_alpha)))
+register(Estimator("archer_hierarchical", lambda r, c: archer_hierarchical(
+    r.turn_values, r.values, r.mask, r.turn_end, lam=c.lam, whiten=c.whiten), needs_critic=True))

@@ -34,6 +34,12 @@ def embed_both(critic, first: Tokens, second: Tokens) -> tuple[Array, Array]:
     return jnp.split(critic.embed(both), 2)
 
 
+def utterance_q(graphdef: nnx.GraphDef, params: nnx.State, observation: Tokens, action: Tokens) -> Array:
+    """``min(Q1, Q2)(s, a)`` of the double critic with ``params``: the high level's value of an utterance."""
+    values = nnx.merge(graphdef, params)(observation, action)
+    return jnp.minimum(values.q1, values.q2)
+
+
 def critic_step(
     graphdef: nnx.GraphDef,
     tx: optax.GradientTransformation,

@@ -1,0 +1,46 @@
+"""Twenty Questions with token-level PPO, the paper's on-policy baseline, and its advantage estimators.
+
+    python -m archer_jax.train --config=configs/20q_ppo.py:tiny --workdir=runs/20q_ppo_tiny
+    python -m archer_jax.train --config=configs/20q_ppo.py:tiny --config.ppo.adv_estimator=archer_ragen
+    python -m archer_jax.train --config=configs/20q_ppo.py:tiny --config.ppo.adv_estimator=grpo \\
+        --config.rollout_group_size=4
+
+The default is the paper's Twenty Questions setting (``configs/20q.py``: GPT-2 policy, rollouts of
+128 dialogues) with ``agent="ppo"``: each iteration's rollout is learned from in ``ppo.epochs``
+passes of minibatches of ``batch_size x grad_accum_steps`` transitions, then dropped (PPO is
+on-policy). ``ppo.adv_estimator`` picks the estimator: ``gae`` (token-level GAE over the
+dialogue's utterances, with a value head on the policy), ``grpo`` (returns standardised over
+``rollout_group_size`` rollouts of one game, no value head), ``archer_ragen`` (RAGEN's archer
+estimator) or ``archer_hierarchical`` (ArCHer's TD-learned utterance critic, the RoBERTa critic of
+``configs/20q.py``, as the turn level; ``warmup_iter`` iterations train it before PPO starts).
+
+``tiny`` and ``micro`` are ``configs/20q.py``'s, with the same SFT warm start, so PPO starts where
+ArCHer does; ``tiny`` takes 1 epoch of 8-transition minibatches, the actor's step count per
+iteration close to ArCHer's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import ml_collections
+
+from archer_jax.config import PRESETS
+
+__all__ = ["PRESETS", "get_config"]
+
+
+def _twenty_questions(preset: str) -> ml_collections.ConfigDict:
+    """configs/20q.py's config for ``preset`` (loaded by path: the file name is no module name)."""
+    spec = importlib.util.spec_from_file_location("configs_20q", Path(__file__).with_name("20q.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(preset)
+
+
+def get_config(preset: str = "") -> ml_collections.ConfigDict:
+    """The config for ``preset``: "" (the paper's setting with PPO), "tiny" or "micro"."""
+    c = _twenty_questions(preset)
+    c.agent = "ppo"
+    return c

@@ -1,0 +1,135 @@
+"""Token-level PPO: its losses against NumPy, its step on a tiny policy, and the dialogue token layout."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from archer_jax.agents.ppo import Layout
+from archer_jax import models
+from archer_jax.learners import Actor, Learner, LearnerConfig, ppo
+from archer_jax.models.tokenizer import Tokens
+
+
+def np_policy_loss(logp, old, adv, mask, clip):
+    ratio = np.exp(logp - old)
+    per_token = np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - clip, 1 + clip))
+    return (per_token * mask).sum() / mask.sum()
+
+
+def np_value_loss(v, old_v, ret, mask, clip):
+    clipped = old_v + np.clip(v - old_v, -clip, clip)
+    return 0.5 * (np.maximum((v - ret) ** 2, (clipped - ret) ** 2) * mask).sum() / mask.sum()
+
+
+def np_k3(logp, ref, mask):
+    d = ref - logp
+    return ((np.exp(d) - d - 1) * mask).sum() / mask.sum()
+
+
+@pytest.fixture
+def arrays():
+    rng = np.random.default_rng(0)
+    shape = (6, 9)
+    mask = (rng.random(shape) < 0.7).astype(np.float32)
+    old = rng.normal(-2, 0.5, shape).astype(np.float32)
+    logp = (old + rng.normal(0, 0.4, shape)).astype(np.float32)  # ratios well outside 1 ± 0.2 too
+    return dict(mask=mask, old=old, logp=logp, adv=rng.normal(size=shape).astype(np.float32),
+                v=rng.normal(size=shape).astype(np.float32), old_v=rng.normal(size=shape).astype(np.float32),
+                ret=rng.normal(size=shape).astype(np.float32), ref=(old + rng.normal(0, 0.3, shape)).astype(np.float32))
+
+
+def test_policy_loss(arrays):
+    a = arrays
+    loss, aux = ppo.policy_loss(a["logp"], a["old"], a["adv"], a["mask"], 0.2)
+    np.testing.assert_allclose(float(loss), np_policy_loss(a["logp"], a["old"], a["adv"], a["mask"], 0.2), rtol=1e-5)
+    assert 0 < float(aux["clip_fraction"]) < 1
+
+
+def test_policy_gradient_is_zero_where_clipped():
+    """A ratio above 1 + ε with a positive advantage (or below 1 - ε with a negative one) gives no gradient."""
+    old = jnp.zeros((1, 4))
+    adv = jnp.array([[1.0, 1.0, -1.0, -1.0]])
+    mask = jnp.ones((1, 4))
+    logp = jnp.log(jnp.array([[1.5, 1.1, 0.5, 0.9]]))  # clipped, not, clipped, not
+    grad = jax.grad(lambda lp: ppo.policy_loss(lp, old, adv, mask, 0.2)[0])(logp)
+    np.testing.assert_allclose(np.asarray(grad)[0, [0, 2]], 0.0)
+    assert np.all(np.asarray(grad)[0, [1, 3]] != 0)
+
+
+def test_value_loss_and_kl(arrays):
+    a = arrays
+    np.testing.assert_allclose(float(ppo.value_loss(a["v"], a["old_v"], a["ret"], a["mask"], 0.2)),
+                               np_value_loss(a["v"], a["old_v"], a["ret"], a["mask"], 0.2), rtol=1e-5)
+    kl = float(ppo.kl_penalty(a["logp"], a["ref"], a["mask"]))
+    np.testing.assert_allclose(kl, np_k3(a["logp"], a["ref"], a["mask"]), rtol=1e-5)
+    assert kl > 0 and float(ppo.kl_penalty(a["logp"], a["logp"], a["mask"])) == 0.0
+
+
+def test_ppo_loss_sums_its_terms(arrays):
+    a = arrays
+    config = ppo.PPOConfig(vf_coef=0.7, kl_coef=0.3, clip=0.1, value_clip=0.5)
+    batch = ppo.PPOBatch(None, None, a["old"], a["old_v"], a["adv"], a["ret"], a["ref"])
+    loss, aux = ppo.ppo_loss(a["logp"], a["v"], batch, a["mask"], config)
+    want = (np_policy_loss(a["logp"], a["old"], a["adv"], a["mask"], 0.1)
+            + 0.7 * np_value_loss(a["v"], a["old_v"], a["ret"], a["mask"], 0.5) + 0.3 * np_k3(a["logp"], a["ref"], a["mask"]))
+    np.testing.assert_allclose(float(loss), want, rtol=1e-5)
+    no_value, aux = ppo.ppo_loss(a["logp"], None, batch, a["mask"], ppo.PPOConfig())
+    assert "value_loss" not in aux and "kl_to_reference" not in aux
+    np.testing.assert_allclose(float(no_value), np_policy_loss(a["logp"], a["old"], a["adv"], a["mask"], 0.2), rtol=1e-5)
+
+
+def test_config_checks():
+    with pytest.raises(KeyError, match="unknown advantage estimator"):
+        ppo.PPOConfig(adv_estimator="vtrace")
+    with pytest.raises(ValueError, match="value_head"):
+        ppo.PPOConfig(value_head="separate")
+
+
+def test_layout_round_trip():
+    episodes = np.array([7, 7, 7, 9, 9, 12])
+    lengths = np.array([3, 1, 2, 4, 2, 5])
+    layout = Layout.of(episodes, lengths)
+    assert layout.shape == (3, 8)  # 6, 6 and 5 tokens: rows of 8
+    np.testing.assert_array_equal(layout.row, [0, 0, 0, 1, 1, 2])
+    np.testing.assert_array_equal(layout.start, [0, 3, 4, 0, 4, 0])
+    per_token = np.arange(6 * 5, dtype=np.float32).reshape(6, 5) + 1
+    rows = layout.to_rows(per_token)
+    np.testing.assert_array_equal(rows[0, :6], [1, 2, 3, 6, 11, 12])
+    np.testing.assert_array_equal(rows[2, :5], per_token[5])
+    back = layout.from_rows(rows, 5)
+    mask = np.arange(5)[None] < lengths[:, None]
+    np.testing.assert_array_equal(back, per_token * mask)
+    ends = layout.ends(np.array([10, 20, 30, 40, 50, 60], np.float32))
+    np.testing.assert_array_equal(np.nonzero(ends[0])[0], [2, 3, 5])
+    np.testing.assert_array_equal(ends[1, [3, 5]], [40, 50])
+
+
+def test_ppo_step_on_a_tiny_policy(tiny_dirs):
+    """A step that raises the advantage-weighted log-probs: on one batch, repeated steps lower the
+    loss; with the rollout's own log-probs the first step's ratio is 1 (nothing clipped)."""
+    policy = models.load_gpt2(tiny_dirs[0])
+    config = ppo.PPOConfig(vf_coef=0.5, kl_coef=0.1)
+    actor = Actor(policy, token_baseline=True, baseline_gradient=True, rngs=nnx.Rngs(0))
+    learner = Learner(actor, None, LearnerConfig(actor_lr=1e-3), ppo=config, matmul_precision="highest")
+    state = learner.init_actor()
+    assert state.target is not None  # the reference policy, for the KL term
+    rng = np.random.default_rng(0)
+    obs = Tokens(rng.integers(1, 100, (8, 16)).astype(np.int32), np.ones((8, 16), np.int32))
+    act = Tokens(rng.integers(1, 100, (8, 8)).astype(np.int32), (np.arange(8)[None] < rng.integers(2, 9, (8, 1))).astype(np.int32))
+    logprobs, values = learner.token_stats(state, obs, act)
+    ref, _ = learner.token_stats(state, obs, act, reference=True)
+    np.testing.assert_allclose(ref, logprobs, rtol=1e-6)
+    adv = rng.normal(size=(8, 8)).astype(np.float32) * act.mask
+    batch = ppo.PPOBatch(obs, act, logprobs, values, adv, adv + values, ref)
+    state, first = learner.ppo_step(state, batch)
+    assert float(first["clip_fraction"]) == 0.0 and abs(float(first["approx_kl"])) < 1e-5
+    for _ in range(4):
+        state, metrics = learner.ppo_step(state, batch)
+    assert float(metrics["policy_loss"]) < float(first["policy_loss"])
+    assert float(metrics["kl_to_reference"]) > 0
+    after, _ = learner.token_stats(state, obs, act, reference=True)
+    np.testing.assert_allclose(after, ref, rtol=1e-6)  # the reference does not move
