@@ -26,6 +26,7 @@ from archer_jax.envs.pool import EnvPool
 from archer_jax.input_pipeline import InputPipeline
 from archer_jax.learners import registry as actor_losses
 from archer_jax.learners.ppo import PPOConfig
+from archer_jax.learners.ppo_learner import PPOLearner
 from archer_jax.learners.actor import Actor
 from archer_jax.learners.critic import DoubleCritic
 from archer_jax.learners.learner import Learner, LearnerConfig
@@ -83,9 +84,9 @@ class Components:
         self._compute_bytes = dtype.itemsize
         platform = self.mesh.devices.flat[0].platform
         critic_rules = shd.REPLICATED_RULES if c.model.critic_sharding == "replicated" else shd.DEFAULT_RULES
-        self.learner = Learner(self.actor_module, critic, LearnerConfig(**c.learner), mesh=self.mesh, matmul_precision=precision,
-                               critic_rules=critic_rules,
-                               micro_batch_limit=auto_limit(platform, c.batch_size), ppo=ppo)
+        learner, extra = (PPOLearner, dict(ppo=ppo)) if ppo is not None else (Learner, {})
+        self.learner = learner(self.actor_module, critic, LearnerConfig(**c.learner), mesh=self.mesh, matmul_precision=precision,
+                               critic_rules=critic_rules, micro_batch_limit=auto_limit(platform, c.batch_size), **extra)
         prompter = Prompter(prompts.get(c.model.prompt_format), policy_tokenizer)
         self.pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, sampler.max_prompt_length, max_critic_length,
                                       c.sampling.max_new_tokens, prompter)
@@ -132,9 +133,9 @@ class Components:
         c = self.config
         config = LearnerConfig(actor_lr=c.sft.lr, max_grad_norm=c.learner.max_grad_norm, actor_loss=c.learner.actor_loss,
                                micro_batch_size=c.learner.micro_batch_size)
-        return Learner(self.actor_module, None, config, mesh=self.mesh, matmul_precision=self.config.model.matmul_precision,
-                       ppo=self.learner.ppo,  # the same actor (value head) as the run's
-                       micro_batch_limit=auto_limit(self.mesh.devices.flat[0].platform, c.sft.batch_size))
+        learner, extra = (PPOLearner, dict(ppo=self.learner.ppo)) if self.learner.ppo else (Learner, {})  # the run's actor
+        return learner(self.actor_module, None, config, mesh=self.mesh, matmul_precision=self.config.model.matmul_precision,
+                       micro_batch_limit=auto_limit(self.mesh.devices.flat[0].platform, c.sft.batch_size), **extra)
 
     def policy(self, states: States):
         """The policy's parameters in ``states`` (what the sampler acts with)."""

@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from archer_jax import sharding as shd
 from archer_jax.precision import traced_with
-from archer_jax.learners import archer, bc, offline_archer, ppo as ppo_lib, registry, train_state
+from archer_jax.learners import archer, bc, offline_archer, registry, train_state
 from archer_jax.learners.actor import Actor
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import DoubleCritic
@@ -94,17 +94,11 @@ class Learner:
         critic_rules: shd.Rules | None = None,
         matmul_precision: str | None = None,
         micro_batch_limit: int | None = None,
-        ppo: ppo_lib.PPOConfig | None = None,
     ):
-        needs_baseline = registry.get_actor_loss(config.actor_loss).needs_baseline
-        if ppo is not None:
-            needs_baseline = needs_baseline or ppo.estimator.needs_values
+        needs_baseline, what = self._value_head(config)
         if needs_baseline != (actor.baseline is not None):
-            what = f"actor_loss {config.actor_loss!r}" + ("" if ppo is None else f" with adv_estimator {ppo.adv_estimator!r}")
             raise ValueError(f"{what} needs an Actor built with token_baseline={needs_baseline}")
         self.config = config
-        self.ppo = ppo  # PPO's step and rollout pass; with kl_coef > 0 the actor state's target is the reference policy
-        self._actor_target = ppo is not None and ppo.kl_coef > 0
         self.mesh = mesh if mesh is not None else shd.single_device_mesh()
         self.rules = rules
         self.critic_rules = rules if critic_rules is None else critic_rules  # e.g. shd.REPLICATED_RULES
@@ -115,7 +109,7 @@ class Learner:
         self.has_critic = critic is not None
         self.actor_tx = train_state.optimizer(config.actor_lr, config.max_grad_norm)
         self.critic_tx = train_state.optimizer(config.critic_lr, config.max_grad_norm)
-        self.actor_shardings = self._shardings(self._actor_params, self.actor_tx, with_target=self._actor_target)
+        self.actor_shardings = self._shardings(self._actor_params, self.actor_tx, with_target=self.actor_target)
         self._actor_frozen = None
         if frozen is not None:
             frozen_shardings = shd.state_shardings(frozen, self.mesh, rules)
@@ -125,49 +119,36 @@ class Learner:
         tokens = Tokens(self.batch_sharding(2), self.batch_sharding(2))
         critic_batch = CriticBatch(tokens, tokens, tokens, tokens, self.batch_sharding(1), self.batch_sharding(1))
         actor_batch = ActorBatch(tokens, tokens, tokens, tokens)
-        bc_batch = BCBatch(tokens, tokens)
-        replicated = shd.replicated(self.mesh)
         c = config
-        program = functools.partial(StepProgram, mesh=self.mesh, micro_batch_size=c.micro_batch_size,
-                                    limit=micro_batch_limit, donate_argnums=(0,))
+        self._program = functools.partial(StepProgram, mesh=self.mesh, micro_batch_size=c.micro_batch_size,
+                                          limit=micro_batch_limit, donate_argnums=(0,))
         if critic is not None:  # filtered BC trains the actor alone
             self.critic_graphdef, self._critic_params = train_state.split_params(critic)
             self.critic_shardings = self._shardings(self._critic_params, self.critic_tx, with_target=True,
                                                     rules=self.critic_rules)
-            self._critic_step = program(
-                self._traced(archer.critic_step, self.critic_graphdef, self.critic_tx, c.gamma, c.tau),
-                in_shardings=(self.critic_shardings, critic_batch),
-                out_shardings=(self.critic_shardings, replicated),
-            )
-            self._iql_critic_step = program(
+            self._critic_step = self.step_program(self._traced(archer.critic_step, self.critic_graphdef, self.critic_tx,
+                                                               c.gamma, c.tau), self.critic_shardings, critic_batch)
+            self._iql_critic_step = self.step_program(
                 self._traced(offline_archer.iql_critic_step, self.critic_graphdef, self.critic_tx, c.gamma, c.tau,
-                             c.expectile, c.iql_v_target),
-                in_shardings=(self.critic_shardings, critic_batch),
-                out_shardings=(self.critic_shardings, replicated),
-            )
-            self._actor_step = program(
+                             c.expectile, c.iql_v_target), self.critic_shardings, critic_batch)
+            self._actor_step = self.step_program(
                 self._traced(functools.partial(archer.actor_step, loss_options=c.loss_options()), self.actor_graphdef,
                              self.critic_graphdef, self.actor_tx, c.actor_loss),
-                in_shardings=(self.actor_shardings, self.critic_shardings.params, actor_batch),
-                out_shardings=(self.actor_shardings, replicated),
-            )
-        self._bc_step = program(
-            self._traced(bc.bc_step, self.actor_graphdef, self.actor_tx),
-            in_shardings=(self.actor_shardings, bc_batch),
-            out_shardings=(self.actor_shardings, replicated),
-        )
-        if ppo is not None:
-            values = self.batch_sharding(2)
-            ppo_batch = ppo_lib.PPOBatch(tokens, tokens, values, values, values, values, values)
-            self._ppo_step = program(
-                self._traced(ppo_lib.ppo_step, self.actor_graphdef, self.actor_tx, ppo),
-                in_shardings=(self.actor_shardings, ppo_batch),
-                out_shardings=(self.actor_shardings, replicated),
-            )
-            self._token_stats = jax.jit(self._traced(ppo_lib.token_stats, self.actor_graphdef),
-                                        out_shardings=(replicated, replicated))
-        if critic is not None:
-            self._utterance_q = jax.jit(self._traced(archer.utterance_q, self.critic_graphdef), out_shardings=replicated)
+                self.actor_shardings, self.critic_shardings.params, actor_batch)
+        self._bc_step = self.step_program(self._traced(bc.bc_step, self.actor_graphdef, self.actor_tx),
+                                          self.actor_shardings, BCBatch(tokens, tokens))
+
+    actor_target, ppo = False, None  # PPOLearner: a reference policy as the actor state's target; its config
+
+    def _value_head(self, config: LearnerConfig) -> tuple[bool, str]:
+        """Whether the actor needs its value head (``Actor.baseline``), and what needs it (for errors)."""
+        return registry.get_actor_loss(config.actor_loss).needs_baseline, f"actor_loss {config.actor_loss!r}"
+
+    def step_program(self, step, state_shardings: TrainState, *inputs) -> StepProgram:
+        """``step(state, *inputs)`` jitted over the shardings given (its state donated), returning
+        the new state and replicated metrics."""
+        return self._program(step, in_shardings=(state_shardings, *inputs),
+                             out_shardings=(state_shardings, shd.replicated(self.mesh)))
 
     def _traced(self, step, *static):
         """``step`` with its static arguments bound, traced under the learner's matmul precision."""
@@ -177,7 +158,6 @@ class Learner:
         """The steps by name (e.g. to ``.lower(...)`` them and read their HLO, or to read the
         micro-batch layouts they chose: ``programs()["critic_step"].layouts``)."""
         names = ("critic_step", "iql_critic_step", "actor_step", "bc_step") if self.has_critic else ("bc_step",)
-        names += ("ppo_step",) if self.ppo is not None else ()
         return {name: getattr(self, f"_{name}") for name in names}
 
     def _shardings(self, params: nnx.State, tx: optax.GradientTransformation, with_target: bool,
@@ -206,9 +186,9 @@ class Learner:
 
     def init_actor(self, params: nnx.State | None = None) -> TrainState:
         """The actor's state with fresh Adam, from the module's parameters or ``params`` (e.g. the
-        result of an SFT warm start); for PPO with a KL penalty, its ``target`` is a copy of them:
-        the reference policy."""
-        create = jax.jit(functools.partial(train_state.create, tx=self.actor_tx, with_target=self._actor_target),
+        result of an SFT warm start); with ``actor_target`` (PPO's KL penalty), its ``target`` is a
+        copy of them: the reference policy."""
+        create = jax.jit(functools.partial(train_state.create, tx=self.actor_tx, with_target=self.actor_target),
                          out_shardings=self.actor_shardings._replace(frozen=None))
         state = create(_host_values(self._actor_params) if params is None else params)
         return state._replace(frozen=self._actor_frozen)  # attached, never copied
@@ -249,25 +229,3 @@ class Learner:
         """One behaviour-cloning (SFT) step on the actor."""
         self._check(batch, critic=False)
         return self._bc_step(state, batch)
-
-
-    def ppo_step(self, state: TrainState, batch: ppo_lib.PPOBatch) -> tuple[TrainState, dict]:
-        """One PPO optimizer step on a minibatch (:func:`archer_jax.learners.ppo.ppo_step`)."""
-        if self.ppo is None:
-            raise ValueError("this learner was built without a PPO config (ppo=None)")
-        self._check(batch, critic=False)
-        return self._ppo_step(state, batch)
-
-    def token_stats(self, state: TrainState, observation, action, reference: bool = False):
-        """Per-token ``(log-probs, values)`` of the actor in ``state`` on padded policy tokens, as
-        NumPy arrays; ``reference``: the log-probs of its reference policy (``state.target``)."""
-        if self.ppo is None:
-            raise ValueError("this learner was built without a PPO config (ppo=None)")
-        params = state.target if reference else state.params
-        logprobs, values = self._token_stats(params, state.frozen, observation, action)
-        return jax.device_get(logprobs), jax.device_get(values)
-
-    def utterance_q(self, critic_params: nnx.State, observation, action):
-        """``min(Q1, Q2)(s, a)`` of the critic with ``critic_params`` on critic tokens, as NumPy."""
-        self._check()
-        return jax.device_get(self._utterance_q(critic_params, observation, action))

@@ -10,7 +10,8 @@ from flax import nnx
 
 from archer_jax.agents.ppo import Layout
 from archer_jax import models
-from archer_jax.learners import Actor, Learner, LearnerConfig, ppo
+from archer_jax.learners import Actor, LearnerConfig, ppo
+from archer_jax.learners.ppo_learner import PPOLearner
 from archer_jax.models.tokenizer import Tokens
 
 
@@ -114,7 +115,7 @@ def test_ppo_step_on_a_tiny_policy(tiny_dirs):
     policy = models.load_gpt2(tiny_dirs[0])
     config = ppo.PPOConfig(vf_coef=0.5, kl_coef=0.1)
     actor = Actor(policy, token_baseline=True, baseline_gradient=True, rngs=nnx.Rngs(0))
-    learner = Learner(actor, None, LearnerConfig(actor_lr=1e-3), ppo=config, matmul_precision="highest")
+    learner = PPOLearner(actor, None, LearnerConfig(actor_lr=1e-3), ppo=config, matmul_precision="highest")
     state = learner.init_actor()
     assert state.target is not None  # the reference policy, for the KL term
     rng = np.random.default_rng(0)
