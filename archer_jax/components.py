@@ -69,9 +69,14 @@ class Components:
                           matmul_precision=precision)
         ppo = PPOConfig(**c.ppo) if self.agent.ppo else None
         token_baseline = actor_losses.get_actor_loss(c.learner.actor_loss).needs_baseline
+        values = ppo is not None and ppo.estimator.needs_values
+        value_model = None
+        if values and ppo.value_head == "separate":  # PPO's critic model: a second copy of the policy's weights
+            value_model = load_causal_lm(policy_dir, dtype=dtype, param_dtype=jnp.dtype(c.model.param_dtype),
+                                         remat=c.model.remat, mesh=self.mesh if jax.process_count() == 1 else None)
         self.actor_module = Actor(
-            policy, token_baseline=token_baseline or (ppo is not None and ppo.estimator.needs_values),
-            baseline_gradient=ppo is not None and ppo.value_head == "shared", rngs=nnx.Rngs(c.seed),
+            policy, token_baseline=token_baseline or values, baseline_gradient=values and ppo.value_head == "shared",
+            value_model=value_model, rngs=nnx.Rngs(c.seed),
         )
         critic, critic_tokenizer, max_critic_length = None, None, c.model.max_critic_length
         if self.agent.uses_critic(c):

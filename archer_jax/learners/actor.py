@@ -26,15 +26,21 @@ def pack(observation: Tokens, action: Tokens) -> Tokens:
     )
 
 
+def action_hidden(model: nnx.Module, observation: Tokens, action: Tokens) -> Array:
+    """The final hidden states of a causal LM that predicted each action token (``[batch,
+    action_len, embed]``), from one pass over the packed ``observation + action``."""
+    obs_len, act_len = observation.ids.shape[1], action.ids.shape[1]
+    sequence = pack(observation, action)
+    out = model(sequence.ids, sequence.mask, return_logits=False)
+    # The hidden state at position p predicts token p + 1: the action's tokens are predicted from
+    # the last observation position onwards.
+    return out.hidden_state[:, obs_len - 1 : obs_len - 1 + act_len]
+
+
 def action_logprobs(policy: nnx.Module, observation: Tokens, action: Tokens) -> tuple[Array, Array]:
     """Per-token ``log π(a_t | s, a_<t)`` (``[batch, action_len]``, 0 at padding) and the final
     hidden states that predicted each action token (``[batch, action_len, embed]``)."""
-    obs_len, act_len = observation.ids.shape[1], action.ids.shape[1]
-    sequence = pack(observation, action)
-    out = policy(sequence.ids, sequence.mask, return_logits=False)
-    # The hidden state at position p predicts token p + 1: the action's tokens are predicted from
-    # the last observation position onwards.
-    hidden = out.hidden_state[:, obs_len - 1 : obs_len - 1 + act_len]
+    hidden = action_hidden(policy, observation, action)
     logits = policy.lm_logits(hidden)
     logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), action.ids[..., None].astype(jnp.int32), -1)
     return logprobs[..., 0] * action.mask, hidden
@@ -61,21 +67,36 @@ class TokenBaseline(nnx.Module):
         return self.head(hidden.astype(jnp.float32))[..., 0]
 
 
+class ValueModel(nnx.Module):
+    """PPO's separate critic: a causal LM of its own (e.g. a second copy of the policy's
+    initial weights) with a linear value head per action token, trained by the value loss only."""
+
+    def __init__(self, model: nnx.Module, *, rngs: nnx.Rngs):
+        self.model = model
+        self.head = TokenBaseline(model.config.hidden_size, detach=False, rngs=rngs)
+
+    def __call__(self, observation: Tokens, action: Tokens) -> Array:
+        return self.head(action_hidden(self.model, observation, action))
+
+
 class Actor(nnx.Module):
     """What the actor step trains: ``policy`` and, for the token-level baseline (or PPO's value
-    head), ``baseline``, gradient-stopped from the policy unless ``baseline_gradient``."""
+    head), ``baseline``: a head on the policy's hidden states, gradient-stopped from the policy
+    unless ``baseline_gradient``, or with ``value_model`` a :class:`ValueModel` of its own."""
 
     def __init__(self, policy: nnx.Module, *, token_baseline: bool = False, baseline_gradient: bool = False,
-                 rngs: nnx.Rngs | None = None):
+                 value_model: nnx.Module | None = None, rngs: nnx.Rngs | None = None):
         self.policy = policy
-        self.baseline = (
-            TokenBaseline(policy.config.hidden_size, detach=not baseline_gradient,
-                          rngs=rngs if rngs is not None else nnx.Rngs(0))
-            if token_baseline
-            else None
-        )
+        rngs = rngs if rngs is not None else nnx.Rngs(0)
+        if value_model is not None:  # the values come from a model of their own (ValueModel)
+            self.baseline = ValueModel(value_model, rngs=rngs)
+        else:
+            self.baseline = (TokenBaseline(policy.config.hidden_size, detach=not baseline_gradient, rngs=rngs)
+                             if token_baseline else None)
 
     def __call__(self, observation: Tokens, action: Tokens) -> tuple[Array, Array | None]:
-        """Per-token action log-probs and, with the baseline head, ``b_t`` per action token."""
+        """Per-token action log-probs and, with a value head, ``b_t`` per action token."""
         logprobs, hidden = action_logprobs(self.policy, observation, action)
+        if isinstance(self.baseline, ValueModel):
+            return logprobs, self.baseline(observation, action)
         return logprobs, None if self.baseline is None else self.baseline(hidden)

@@ -107,7 +107,7 @@ class Learner:
         # the optimizer, held once on the mesh, and attached to every actor state (TrainState.frozen).
         self.actor_graphdef, self._actor_params, frozen = train_state.split_trainable(actor)
         self.has_critic = critic is not None
-        self.actor_tx = train_state.optimizer(config.actor_lr, config.max_grad_norm)
+        self.actor_tx = self._actor_optimizer(config)
         self.critic_tx = train_state.optimizer(config.critic_lr, config.max_grad_norm)
         self.actor_shardings = self._shardings(self._actor_params, self.actor_tx, with_target=self.actor_target)
         self._actor_frozen = None
@@ -149,6 +149,9 @@ class Learner:
         the new state and replicated metrics."""
         return self._program(step, in_shardings=(state_shardings, *inputs),
                              out_shardings=(state_shardings, shd.replicated(self.mesh)))
+
+    def _actor_optimizer(self, config: LearnerConfig) -> optax.GradientTransformation:
+        return train_state.optimizer(config.actor_lr, config.max_grad_norm)
 
     def _traced(self, step, *static):
         """``step`` with its static arguments bound, traced under the learner's matmul precision."""

@@ -29,16 +29,18 @@ from archer_jax.learners.train_state import TrainState, merged
 from archer_jax.models.tokenizer import Tokens
 
 Array = jax.Array
-VALUE_HEADS = ("shared", "detached")
+VALUE_HEADS = ("separate", "shared", "detached")
 
 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
     """PPO's hyperparameters (``config.ppo``): the estimator and its discounts, the clip ranges,
-    the loss weights, the epochs over each iteration's rollouts, and where the value head sits:
-    ``shared`` (on the policy's last hidden state, its gradient flowing into the policy: PPO's usual
-    actor-critic) or ``detached`` (on that state with its gradient stopped: a value probe that
-    leaves the policy to the policy loss, as ArCHer's token baseline)."""
+    the loss weights, the epochs over each iteration's rollouts, and where the values come from:
+    ``separate`` (a value model of its own, a copy of the policy's initial weights with a value
+    head, trained at ``critic_lr``: the critic model of verl and RAGEN), ``shared`` (a head on the
+    policy's last hidden state, its gradient flowing into the policy: the single-network
+    actor-critic) or ``detached`` (that head with its gradient stopped: a value probe that leaves
+    the policy to the policy loss, as ArCHer's token baseline)."""
 
     adv_estimator: str = "gae"
     epochs: int = 4
@@ -51,7 +53,7 @@ class PPOConfig:
     high_level_gamma: float = 0.95  # archer_ragen's turn-level discount
     archer_alpha: float = 0.1  # archer_ragen's mixing weight
     whiten: bool = True  # gae and archer_hierarchical (archer_ragen always whitens, as RAGEN)
-    value_head: str = "shared"
+    value_head: str = "separate"
 
     def __post_init__(self):
         advantages.get(self.adv_estimator)  # a KeyError lists the registered ones

@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from archer_jax.learners import archer
+from archer_jax.learners import archer, train_state
 from archer_jax.learners.learner import Learner, LearnerConfig
 from archer_jax.learners.ppo import PPOBatch, PPOConfig, ppo_step, token_stats
 from archer_jax.learners.train_state import TrainState
@@ -41,6 +41,14 @@ class PPOLearner(Learner):
     def _value_head(self, config: LearnerConfig) -> tuple[bool, str]:
         needs, what = super()._value_head(config)
         return needs or self.ppo.estimator.needs_values, f"{what} with adv_estimator {self.ppo.adv_estimator!r}"
+
+    def _actor_optimizer(self, config: LearnerConfig):
+        """With a separate value model (``value_head="separate"``), the value model trains at the
+        critic's learning rate under its own gradient clipping, the policy at the actor's."""
+        if self.ppo.value_head != "separate":
+            return super()._actor_optimizer(config)
+        return train_state.partitioned_optimizer(dict(policy=config.actor_lr, value=config.critic_lr),
+                                                 config.max_grad_norm, lambda key: "value" if key == "baseline" else "policy")
 
     def programs(self) -> dict:
         return {**super().programs(), "ppo_step": self._ppo_step}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -55,6 +56,18 @@ def optimizer(learning_rate: float, max_grad_norm: float | None) -> optax.Gradie
     if not (math.isfinite(max_grad_norm) and max_grad_norm > 0):
         raise ValueError(f"max_grad_norm must be finite and > 0 (None = no clipping), got {max_grad_norm}")
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), adam)
+
+
+def partitioned_optimizer(learning_rates: dict[str, float], max_grad_norm: float | None,
+                          label: Callable[[str], str]) -> optax.GradientTransformation:
+    """One :func:`optimizer` per part of a parameter tree (its own learning rate, its own gradient
+    clipping), each parameter's part named by ``label(top-level key)``: e.g. PPO's actor, whose
+    separate value model trains at the critic's rate."""
+    def labels(params):
+        top = lambda path: str(getattr(path[0], "key", getattr(path[0], "name", path[0])))  # noqa: E731
+        return jax.tree_util.tree_map_with_path(lambda path, _: label(top(path)), params)
+
+    return optax.multi_transform({part: optimizer(lr, max_grad_norm) for part, lr in learning_rates.items()}, labels)
 
 
 def split_params(module: nnx.Module) -> tuple[nnx.GraphDef, nnx.State]:

@@ -87,7 +87,7 @@ def test_config_checks():
     with pytest.raises(KeyError, match="unknown advantage estimator"):
         ppo.PPOConfig(adv_estimator="vtrace")
     with pytest.raises(ValueError, match="value_head"):
-        ppo.PPOConfig(value_head="separate")
+        ppo.PPOConfig(value_head="twin")
 
 
 def test_layout_round_trip():
@@ -134,3 +134,29 @@ def test_ppo_step_on_a_tiny_policy(tiny_dirs):
     assert float(metrics["kl_to_reference"]) > 0
     after, _ = learner.token_stats(state, obs, act, reference=True)
     np.testing.assert_allclose(after, ref, rtol=1e-6)  # the reference does not move
+
+
+def test_a_separate_value_model_is_trained_by_the_value_loss_alone(tiny_dirs):
+    """value_head="separate": with zero advantages the policy gets no gradient and stays put, while
+    the value model (its own copy of the weights) moves, at the critic's learning rate."""
+    config = ppo.PPOConfig(value_head="separate", vf_coef=1.0)
+    actor = Actor(models.load_gpt2(tiny_dirs[0]), token_baseline=True, value_model=models.load_gpt2(tiny_dirs[0]),
+                  rngs=nnx.Rngs(0))
+    learner = PPOLearner(actor, None, LearnerConfig(actor_lr=1e-3, critic_lr=1e-2), ppo=config)
+    state = learner.init_actor()
+    rng = np.random.default_rng(1)
+    obs = Tokens(rng.integers(1, 100, (8, 16)).astype(np.int32), np.ones((8, 16), np.int32))
+    act = Tokens(rng.integers(1, 100, (8, 8)).astype(np.int32), np.ones((8, 8), np.int32))
+    logprobs, values = learner.token_stats(state, obs, act)
+    zeros = np.zeros_like(logprobs)
+    before = jax.tree.map(np.asarray, state.params)
+    batch = ppo.PPOBatch(obs, act, logprobs, values, zeros, values + 1.0, zeros)
+    state, metrics = learner.ppo_step(state, batch)
+    assert float(metrics["value_loss"]) > 0
+    # Adam's first step moves each weight by about its learning rate: the critic's 1e-2 here.
+    kernel = lambda p: np.asarray(p["baseline"]["head"]["head"]["kernel"])  # noqa: E731
+    assert np.abs(kernel(state.params) - kernel(before)).max() == pytest.approx(1e-2, rel=1e-3)
+    state, _ = learner.ppo_step(state, batch)  # the head is no longer 0: the value model's layers get gradients
+    same = lambda a, b: all(np.array_equal(x, np.asarray(y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))  # noqa: E731
+    assert same(before["policy"], state.params["policy"])
+    assert not same(before["baseline"]["model"], state.params["baseline"]["model"])
