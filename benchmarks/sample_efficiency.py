@@ -1,0 +1,154 @@
+"""Sample efficiency on the embedded 20Q: ArCHer vs token-level PPO with each advantage estimator,
+online filtered BC and CHAI (the paper's claim: ArCHer needs about 100x fewer samples than PPO).
+
+Every run is the train app on the tiny preset (``configs/20q.py:tiny``, or ``configs/20q_ppo.py:tiny``
+for PPO: the same models, SFT warm start, rollouts of 32 dialogues per iteration, 30 iterations
+and fixed evaluation games), only the agent, the estimator and the seed changed. The x-axis is env
+samples (transitions collected). For each method and seed, the samples needed to reach a return
+threshold (default: halfway from the SFT start to ArCHer's final mean return) are the first eval
+point at or above it; the table gives their mean over the seeds that reached it and the ratio to
+ArCHer's. A finished run is not re-trained, so an interrupted benchmark resumes with the same command.
+
+    python benchmarks/sample_efficiency.py --jobs 2
+    python benchmarks/sample_efficiency.py --methods ppo_gae ppo_grpo --seeds 0 --jobs 2
+    python benchmarks/sample_efficiency.py --reuse-learning   # ArCHer, filtered BC, CHAI from learning.json
+
+``--reuse-learning`` takes the ArCHer, filtered BC and CHAI runs of ``benchmarks/results/learning.json``
+(the same preset and machine; see its date) instead of training them again. Writes
+``benchmarks/results/sample_efficiency.{json,png,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import learning
+from common import RESULTS, machine, portable
+
+ROOT = Path(__file__).resolve().parent.parent
+TWENTY_Q, PPO = "configs/20q.py:tiny", "configs/20q_ppo.py:tiny"
+# method: (label, config, agent, overrides)
+METHODS = {
+    "archer": ("ArCHer", TWENTY_Q, "archer", []),
+    "ppo_gae": ("PPO + gae", PPO, "ppo", ["ppo.adv_estimator=gae"]),
+    "ppo_grpo": ("PPO + grpo", PPO, "ppo", ["ppo.adv_estimator=grpo", "rollout_group_size=4"]),
+    "ppo_archer_ragen": ("PPO + archer_ragen", PPO, "ppo", ["ppo.adv_estimator=archer_ragen"]),
+    "ppo_archer_hierarchical": ("PPO + archer_hierarchical", PPO, "ppo", ["ppo.adv_estimator=archer_hierarchical"]),
+    "filtered_bc": ("filtered BC (online)", TWENTY_Q, "filtered_bc", []),
+    "chai": ("CHAI", TWENTY_Q, "chai", []),
+}
+REUSABLE = {"archer", "filtered_bc", "chai"}  # benchmarks/learning.py trains these on the same preset
+
+
+def train(method: str, seed: int, workdir: Path) -> dict:
+    """One run's summary (trained now, or found finished), labelled with the method."""
+    label, config, agent, overrides = METHODS[method]
+    summary = learning.run_one(config, workdir / method, agent, seed, overrides)
+    return dict(summary, agent=label, method=method)
+
+
+def reused(method: str, seed: int, previous: dict) -> dict:
+    """A run of benchmarks/results/learning.json in the shape of a summary."""
+    run = next(r for r in previous["runs"] if r["agent"] == method and r["seed"] == seed)
+    evals = run["evals"]
+    return dict(agent=METHODS[method][0], method=method, evals=evals, env_samples=run["env_samples"],
+                eval_return_before=evals[0]["eval/return"], eval_return_after=evals[-1]["eval/return"],
+                eval_success_after=evals[-1]["eval/success"], wall_time_s=run["wall_time_s"],
+                benchmark_wall_s=run.get("benchmark_wall_s"), config=dict(seed=seed), reused_from="learning.json")
+
+
+def samples_to(evals: list[dict], threshold: float) -> float | None:
+    """Env samples at the first evaluation whose return reaches ``threshold`` (None: never)."""
+    return next((e["env_samples"] for e in evals if e["eval/return"] >= threshold), None)
+
+
+def efficiency(summaries: list[dict], threshold: float) -> list[dict]:
+    """Per method: samples to the threshold per seed, their mean over the seeds that reached it,
+    and the ratio of that mean to ArCHer's."""
+    rows = []
+    for method in dict.fromkeys(s["method"] for s in summaries):
+        runs = [s for s in summaries if s["method"] == method]
+        reached = {s["config"]["seed"]: samples_to(s["evals"], threshold) for s in runs}
+        hits = [v for v in reached.values() if v is not None]
+        rows.append(dict(method=method, label=runs[0]["agent"], samples_to_threshold=reached,
+                         reached=len(hits), seeds=len(runs), mean_samples=statistics.mean(hits) if hits else None,
+                         total_samples=statistics.mean(s["env_samples"] for s in runs)))
+    archer = next((r["mean_samples"] for r in rows if r["method"] == "archer"), None)
+    for r in rows:
+        r["ratio_to_archer"] = r["mean_samples"] / archer if archer and r["mean_samples"] is not None else None
+    return rows
+
+
+def table(rows: list[dict], quality: list[dict], threshold: float) -> str:
+    after = {q["agent"]: q for q in quality}
+    lines = [f"| method | eval return before | after: mean ± std | env samples to return ≥ {threshold:.2f} (per seed) "
+             "| seeds reaching it | mean samples | ratio to ArCHer | env samples in all | wall s / run |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        q = after[r["label"]]
+        seeds = ", ".join("never" if v is None else f"{v:.0f}" for _, v in sorted(r["samples_to_threshold"].items()))
+        mean = "-" if r["mean_samples"] is None else f"{r['mean_samples']:.0f}"
+        archer = next((x["mean_samples"] for x in rows if x["method"] == "archer"), None)
+        if r["ratio_to_archer"] is not None:
+            ratio = f"{r['ratio_to_archer']:.2f}x"
+        else:  # never reached (by any seed): more than the run's samples over ArCHer's
+            ratio = f"> {r['total_samples'] / archer:.2f}x" if archer and r["mean_samples"] is None else "-"
+        lines.append(f"| {r['label']} | {q['before']:.2f} | {q['after_mean']:.2f} ± {q['after_std']:.2f} | {seeds} | "
+                     f"{r['reached']}/{r['seeds']} | {mean} | {ratio} | {r['total_samples']:.0f} | {q['wall_s']:.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "sample_efficiency")
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at once (2 fills a 2-core CPU best)")
+    parser.add_argument("--reuse-learning", action="store_true",
+                        help="ArCHer, filtered BC and CHAI from benchmarks/results/learning.json, not trained again")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="eval return to reach (default: halfway from the SFT start to ArCHer's final mean)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    start = time.perf_counter()
+    previous = json.loads((RESULTS / "learning.json").read_text()) if args.reuse_learning else None
+    reuse = [(m, s) for m in args.methods for s in args.seeds if previous is not None and m in REUSABLE]
+    jobs = [(m, s) for s in args.seeds for m in args.methods if (m, s) not in reuse]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(train, m, s, args.workdir.resolve()) for m, s in jobs]
+        summaries = [reused(m, s, previous) for m, s in reuse] + [f.result() for f in futures]
+    order = {m: i for i, m in enumerate(METHODS)}
+    summaries.sort(key=lambda s: (order[s["method"]], s["config"]["seed"]))
+    quality = learning.aggregate(summaries)
+    threshold = args.threshold
+    if threshold is None:
+        archer = [s for s in summaries if s["method"] == "archer"]
+        if not archer:
+            raise SystemExit("--threshold is needed without ArCHer's runs")
+        start_return = statistics.mean(s["eval_return_before"] for s in archer)
+        threshold = start_return + 0.5 * (statistics.mean(s["eval_return_after"] for s in archer) - start_return)
+    rows = efficiency(summaries, threshold)
+    curve = learning.curves(summaries)
+    args.out.mkdir(parents=True, exist_ok=True)
+    learning.plot(curve, args.out / "sample_efficiency.png",
+                  f"20Q subset, tiny preset: {len(args.seeds)} seeds, band = min..max; threshold {threshold:.2f}")
+    text = table(rows, quality, threshold)
+    (args.out / "sample_efficiency.md").write_text(text + "\n")
+    result = dict(benchmark="sample_efficiency", machine=machine(), threshold=threshold,
+                  config=dict(vars(args), workdir=str(args.workdir), out=str(args.out)),
+                  seconds=time.perf_counter() - start, rows=rows, quality=quality, curves=curve,
+                  runs=[{k: s.get(k) for k in ("method", "agent", "env_samples", "evals", "wall_time_s", "benchmark_wall_s",
+                                               "reused_from")} | dict(seed=s["config"]["seed"]) for s in summaries])
+    (args.out / "sample_efficiency.json").write_text(json.dumps(portable(result), indent=2) + "\n")
+    print(text)
+    print(f"wrote {args.out / 'sample_efficiency.json'}, .png, .md ({time.perf_counter() - start:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
