@@ -26,7 +26,7 @@ import numpy as np
 from archer_jax.agents.agent import Agent, sample_actions, timed
 from archer_jax.agents.archer import critic_updates, policy_pi_actions
 from archer_jax.learners import advantages
-from archer_jax.learners.batches import bc_batch, pad
+from archer_jax.learners.batches import MIN_BUCKET, bc_batch, pad
 from archer_jax.learners.ppo import PPOBatch, PPOConfig
 from archer_jax.learners.train_state import States
 from archer_jax.models.tokenizer import Tokens, next_power_of_two
@@ -92,6 +92,14 @@ class Layout(NamedTuple):
         return out
 
 
+def trimmed(tokens: Tokens) -> Tokens:
+    """Left-padded rows cut to the length bucket of their longest row: a minibatch of early turns
+    runs a shorter (separately compiled) program than the rollout's longest observation would."""
+    longest = int(tokens.mask.sum(axis=1).max())
+    length = min(tokens.ids.shape[1], max(MIN_BUCKET, next_power_of_two(longest)))
+    return Tokens(tokens.ids[:, -length:], tokens.mask[:, -length:])
+
+
 @functools.lru_cache(maxsize=None)
 def _estimate(config: PPOConfig):
     """The configured estimator, jitted (compiled once per row shape)."""
@@ -114,11 +122,12 @@ def rollout_targets(run: Components, states: States, sample: dict, first_episode
                       min_action_bucket=pipeline.action_bucket)
     obs, act = tokens.observation, tokens.action
     take = lambda t, i: Tokens(t.ids[i], t.mask[i])  # noqa: E731
-    logprobs, values = _in_chunks(lambda i: learner.token_stats(states.actor, take(obs, i), take(act, i)),
+    logprobs, values = _in_chunks(lambda i: learner.token_stats(states.actor, trimmed(take(obs, i)), take(act, i)),
                                   len(obs.ids), run.batch)
     reference = np.zeros_like(logprobs)
     if config.kl_coef:
-        reference, _ = _in_chunks(lambda i: learner.token_stats(states.actor, take(obs, i), take(act, i), reference=True),
+        reference, _ = _in_chunks(lambda i: learner.token_stats(states.actor, trimmed(take(obs, i)), take(act, i),
+                                                                reference=True),
                                   len(obs.ids), run.batch)
     estimator = config.estimator
     layout = Layout.of(np.asarray(sample["episode"]), act.mask.sum(axis=1))
@@ -155,6 +164,7 @@ def ppo_updates(run: Components, states: States, replay: ReplayBuffer, iteration
         for start in range(0, len(order), size):
             index = order[start : start + size]
             minibatch = jax.tree.map(lambda x: x[index], batch)
+            minibatch = minibatch._replace(observation=trimmed(minibatch.observation))
             actor, metrics = run.learner.ppo_step(actor, minibatch)
             run.watchdog.add("actor", metrics)
     return States(actor, states.critic)

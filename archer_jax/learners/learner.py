@@ -118,7 +118,6 @@ class Learner:
 
         tokens = Tokens(self.batch_sharding(2), self.batch_sharding(2))
         critic_batch = CriticBatch(tokens, tokens, tokens, tokens, self.batch_sharding(1), self.batch_sharding(1))
-        actor_batch = ActorBatch(tokens, tokens, tokens, tokens)
         c = config
         self._program = functools.partial(StepProgram, mesh=self.mesh, micro_batch_size=c.micro_batch_size,
                                           limit=micro_batch_limit, donate_argnums=(0,))
@@ -134,7 +133,7 @@ class Learner:
             self._actor_step = self.step_program(
                 self._traced(functools.partial(archer.actor_step, loss_options=c.loss_options()), self.actor_graphdef,
                              self.critic_graphdef, self.actor_tx, c.actor_loss),
-                self.actor_shardings, self.critic_shardings.params, actor_batch)
+                self.actor_shardings, self.critic_shardings.params, ActorBatch(tokens, tokens, tokens, tokens))
         self._bc_step = self.step_program(self._traced(bc.bc_step, self.actor_graphdef, self.actor_tx),
                                           self.actor_shardings, BCBatch(tokens, tokens))
 
@@ -158,8 +157,7 @@ class Learner:
         return traced_with(functools.partial(step, *static), self.matmul_precision)
 
     def programs(self) -> dict[str, StepProgram]:
-        """The steps by name (e.g. to ``.lower(...)`` them and read their HLO, or to read the
-        micro-batch layouts they chose: ``programs()["critic_step"].layouts``)."""
+        """The steps by name (to ``.lower(...)`` them, or read their micro-batch ``.layouts``)."""
         names = ("critic_step", "iql_critic_step", "actor_step", "bc_step") if self.has_critic else ("bc_step",)
         return {name: getattr(self, f"_{name}") for name in names}
 

@@ -160,3 +160,15 @@ def test_a_separate_value_model_is_trained_by_the_value_loss_alone(tiny_dirs):
     same = lambda a, b: all(np.array_equal(x, np.asarray(y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))  # noqa: E731
     assert same(before["policy"], state.params["policy"])
     assert not same(before["baseline"]["model"], state.params["baseline"]["model"])
+
+
+def test_trimmed_cuts_left_padding_to_the_longest_rows_bucket():
+    from archer_jax.agents.ppo import trimmed
+
+    mask = np.zeros((2, 64), np.int32)
+    mask[0, -20:], mask[1, -3:] = 1, 1  # left-padded rows of 20 and 3 tokens
+    ids = np.arange(2 * 64, dtype=np.int32).reshape(2, 64) * mask
+    cut = trimmed(Tokens(ids, mask))
+    assert cut.ids.shape == (2, 32)  # the bucket of 20
+    np.testing.assert_array_equal(cut.ids, ids[:, -32:])
+    assert trimmed(Tokens(ids[1:], mask[1:])).ids.shape == (1, 16)  # never below the shortest bucket
