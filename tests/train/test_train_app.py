@@ -268,7 +268,7 @@ def test_non_finite_losses_are_skipped_counted_and_stop_the_run(tmp_path, monkey
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(agent="ppo"), "config.agent: unknown value 'ppo'"),
+        (dict(agent="reinforce"), "config.agent: unknown value 'reinforce'"),
         (dict(env__name="chess"), "config.env.name: unknown env 'chess'"),
         (dict(model__policy="/no/such/model"), "config.model.policy: model directory /no/such/model does not exist"),
         (dict(model__critic="./missing_roberta"), "config.model.critic: model directory ./missing_roberta does not exist"),
