@@ -67,7 +67,7 @@ class Components:
         room = policy.config.max_positions - c.sampling.max_new_tokens
         sampler = Sampler(policy, policy_tokenizer, mesh=self.local_mesh, max_prompt_length=min(c.model.max_prompt_length, room),
                           matmul_precision=precision)
-        ppo = PPOConfig(**c.ppo) if self.agent.ppo else None
+        ppo = PPOConfig(**c.ppo, temperature=c.sampling.temperature) if self.agent.ppo else None
         token_baseline = actor_losses.get_actor_loss(c.learner.actor_loss).needs_baseline
         values = ppo is not None and ppo.estimator.needs_values
         value_model = None

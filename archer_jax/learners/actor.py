@@ -37,11 +37,16 @@ def action_hidden(model: nnx.Module, observation: Tokens, action: Tokens) -> Arr
     return out.hidden_state[:, obs_len - 1 : obs_len - 1 + act_len]
 
 
-def action_logprobs(policy: nnx.Module, observation: Tokens, action: Tokens) -> tuple[Array, Array]:
+def action_logprobs(policy: nnx.Module, observation: Tokens, action: Tokens,
+                    temperature: float = 1.0) -> tuple[Array, Array]:
     """Per-token ``log π(a_t | s, a_<t)`` (``[batch, action_len]``, 0 at padding) and the final
-    hidden states that predicted each action token (``[batch, action_len, embed]``)."""
+    hidden states that predicted each action token (``[batch, action_len, embed]``);
+    ``temperature``: of the distribution ``softmax(logits / temperature)`` (PPO's ratios are taken
+    under the distribution the rollouts were sampled from)."""
     hidden = action_hidden(policy, observation, action)
     logits = policy.lm_logits(hidden)
+    if temperature != 1.0:
+        logits = logits.astype(jnp.float32) / temperature
     logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), action.ids[..., None].astype(jnp.int32), -1)
     return logprobs[..., 0] * action.mask, hidden
 
@@ -94,9 +99,9 @@ class Actor(nnx.Module):
             self.baseline = (TokenBaseline(policy.config.hidden_size, detach=not baseline_gradient, rngs=rngs)
                              if token_baseline else None)
 
-    def __call__(self, observation: Tokens, action: Tokens) -> tuple[Array, Array | None]:
-        """Per-token action log-probs and, with a value head, ``b_t`` per action token."""
-        logprobs, hidden = action_logprobs(self.policy, observation, action)
+    def __call__(self, observation: Tokens, action: Tokens, temperature: float = 1.0) -> tuple[Array, Array | None]:
+        """Per-token action log-probs (at ``temperature``) and, with a value head, ``b_t`` per action token."""
+        logprobs, hidden = action_logprobs(self.policy, observation, action, temperature)
         if isinstance(self.baseline, ValueModel):
             return logprobs, self.baseline(observation, action)
         return logprobs, None if self.baseline is None else self.baseline(hidden)

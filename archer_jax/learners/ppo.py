@@ -54,6 +54,9 @@ class PPOConfig:
     archer_alpha: float = 0.1  # archer_ragen's mixing weight
     whiten: bool = True  # gae and archer_hierarchical (archer_ragen always whitens, as RAGEN)
     value_head: str = "separate"
+    # The rollouts' sampling temperature (config.sampling.temperature, set by the run): log-probs
+    # and ratios are taken under softmax(logits / temperature), the distribution sampled from.
+    temperature: float = 1.0
 
     def __post_init__(self):
         advantages.get(self.adv_estimator)  # a KeyError lists the registered ones
@@ -133,7 +136,7 @@ def ppo_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: P
     token_count = jnp.maximum(jnp.sum(batch.action.mask).astype(jnp.float32), 1.0) / micro_batches
 
     def loss_fn(params: nnx.State, b: PPOBatch):
-        logprobs, values = merged(graphdef, params, state.frozen, state.step)(b.observation, b.action)
+        logprobs, values = merged(graphdef, params, state.frozen, state.step)(b.observation, b.action, config.temperature)
         mask = b.action.mask.astype(jnp.float32)
         return ppo_loss(logprobs, values, b, mask, config, token_count)
 
@@ -147,9 +150,10 @@ def ppo_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: P
     return state, metrics
 
 
-def token_stats(graphdef: nnx.GraphDef, params: nnx.State, frozen: nnx.State | None, observation: Tokens,
-                action: Tokens) -> tuple[Array, Array]:
-    """Per-token log-probs and values (zeros without a value head) of the actor with ``params``:
-    the rollout pass before an iteration's first PPO step (and the reference's log-probs)."""
-    logprobs, values = merged(graphdef, params, frozen)(observation, action)
+def token_stats(graphdef: nnx.GraphDef, temperature: float, params: nnx.State, frozen: nnx.State | None,
+                observation: Tokens, action: Tokens) -> tuple[Array, Array]:
+    """Per-token log-probs (at ``temperature``) and values (zeros without a value head) of the
+    actor with ``params``: the rollout pass before an iteration's first PPO step (and the
+    reference's log-probs)."""
+    logprobs, values = merged(graphdef, params, frozen)(observation, action, temperature)
     return logprobs, jnp.zeros_like(logprobs) if values is None else values

@@ -34,7 +34,8 @@ class PPOLearner(Learner):
         replicated = shd.replicated(self.mesh)
         self._ppo_step = self.step_program(self._traced(ppo_step, self.actor_graphdef, self.actor_tx, ppo),
                                            self.actor_shardings, PPOBatch(tokens, tokens, values, values, values, values, values))
-        self._token_stats = jax.jit(self._traced(token_stats, self.actor_graphdef), out_shardings=(replicated, replicated))
+        self._token_stats = jax.jit(self._traced(token_stats, self.actor_graphdef, ppo.temperature),
+                                    out_shardings=(replicated, replicated))
         if critic is not None:
             self._utterance_q = jax.jit(self._traced(archer.utterance_q, self.critic_graphdef), out_shardings=replicated)
 

@@ -172,3 +172,23 @@ def test_trimmed_cuts_left_padding_to_the_longest_rows_bucket():
     assert cut.ids.shape == (2, 32)  # the bucket of 20
     np.testing.assert_array_equal(cut.ids, ids[:, -32:])
     assert trimmed(Tokens(ids[1:], mask[1:])).ids.shape == (1, 16)  # never below the shortest bucket
+
+
+def test_log_probs_are_taken_at_the_sampling_temperature(tiny_dirs):
+    """PPO's ratios are under the distribution the rollouts came from: softmax(logits / T)."""
+    from archer_jax.learners.actor import action_hidden
+
+    policy = models.load_gpt2(tiny_dirs[0])
+    actor = Actor(policy, token_baseline=True, rngs=nnx.Rngs(0))
+    learner = PPOLearner(actor, None, LearnerConfig(), ppo=ppo.PPOConfig(temperature=0.7), matmul_precision="highest")
+    state = learner.init_actor()
+    rng = np.random.default_rng(2)
+    obs = Tokens(rng.integers(1, 100, (2, 16)).astype(np.int32), np.ones((2, 16), np.int32))
+    act = Tokens(rng.integers(1, 100, (2, 8)).astype(np.int32), np.ones((2, 8), np.int32))
+    logprobs, _ = learner.token_stats(state, obs, act)
+    with jax.default_matmul_precision("highest"):
+        logits = np.asarray(policy.lm_logits(action_hidden(policy, obs, act)), np.float64) / 0.7
+    logits -= logits.max(-1, keepdims=True)
+    want = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    want = np.take_along_axis(want, act.ids[..., None], -1)[..., 0]
+    np.testing.assert_allclose(logprobs, want, rtol=1e-4, atol=1e-4)
