@@ -28,6 +28,7 @@ workdir, the devices or the models' ``config.json``.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import math
 from pathlib import Path
 
@@ -309,6 +310,15 @@ MICRO = {
     "iterations": 2, "batch_size": 8, "critic_steps": 2, "actor_steps": 1, "bc_steps": 2, "warmup_iter": 1,
     "eval_freq": 1, "save_freq": 1,
 }
+
+
+def file_config(path: str | Path, preset: str = "") -> ml_collections.ConfigDict:
+    """``get_config(preset)`` of the config file at ``path``, loaded by path (config file names
+    such as ``20q.py`` are no module names): how one config file builds on another."""
+    spec = importlib.util.spec_from_file_location(f"archer_jax_config_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(preset)
 
 
 def with_preset(c: ml_collections.ConfigDict, preset: str, config_file: str, *, tiny: dict | None = None,

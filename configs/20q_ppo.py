@@ -21,26 +21,17 @@ iteration close to ArCHer's.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import ml_collections
 
-from archer_jax.config import PRESETS
+from archer_jax.config import PRESETS, file_config
 
 __all__ = ["PRESETS", "get_config"]
 
 
-def _twenty_questions(preset: str) -> ml_collections.ConfigDict:
-    """configs/20q.py's config for ``preset`` (loaded by path: the file name is no module name)."""
-    spec = importlib.util.spec_from_file_location("configs_20q", Path(__file__).with_name("20q.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(preset)
-
-
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """The config for ``preset``: "" (the paper's setting with PPO), "tiny" or "micro"."""
-    c = _twenty_questions(preset)
+    c = file_config(Path(__file__).with_name("20q.py"), preset)
     c.agent = "ppo"
     return c

@@ -13,27 +13,18 @@ models built offline, an SFT warm start on the scripted experts, minutes (``tiny
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import ml_collections
 
-from archer_jax.config import PRESETS, base_config
+from archer_jax.config import PRESETS, base_config, file_config
 
-
-
-def _twenty_questions_preset(preset: str) -> ml_collections.ConfigDict:
-    """``configs/20q.py``'s ``preset`` (read from the file beside this one)."""
-    spec = importlib.util.spec_from_file_location("archer_jax_config_20q", Path(__file__).with_name("20q.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(preset)
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """The config for ``preset``: "" (the paper's setting on the subset), "tiny" or "micro"."""
     if preset in ("tiny", "micro"):
-        c = _twenty_questions_preset(preset)
+        c = file_config(Path(__file__).with_name("20q.py"), preset)
     elif preset:
         raise ValueError(f"unknown preset {preset!r} for configs/20q_subset.py; known: '' (paper), 'tiny', 'micro'")
     else:

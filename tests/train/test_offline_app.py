@@ -4,10 +4,8 @@ an online ArCHer run (init_from), and one-line errors for the offline keys."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
-from pathlib import Path
 
 import pytest
 
@@ -16,23 +14,11 @@ from archer_jax import handover
 from archer_jax.components import Components
 from archer_jax.errors import ConfigError
 from archer_jax.train import train_and_evaluate
-from tests.train.test_train_app import assert_same_tree, micro, restored, without_time
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.train.test_train_app import assert_same_tree, micro, micro_of, restored, without_time
 
 
 def offline_micro(file: str = "20q_offline.py", **overrides):
-    spec = importlib.util.spec_from_file_location("config_offline", ROOT / "configs" / file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config("micro")
-    for key, value in overrides.items():
-        *groups, name = key.split("__")
-        target = c
-        for group in groups:
-            target = target[group]
-        setattr(target, name, value)
-    return c
+    return micro_of(file, **overrides)
 
 
 class _Lines(logging.Handler):

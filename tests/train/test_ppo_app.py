@@ -3,9 +3,7 @@ steps with a KL penalty to a reference held in the checkpoint, exact resume, and
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -14,24 +12,12 @@ import pytest
 from archer_jax import config as config_lib
 from archer_jax.errors import ConfigError
 from archer_jax.train import train_and_evaluate
-from tests.train.test_train_app import assert_same_tree, restored, without_time
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.train.test_train_app import assert_same_tree, micro_of, restored, without_time
 
 
 def ppo_micro(**overrides):
-    spec = importlib.util.spec_from_file_location("config_20q_ppo", ROOT / "configs" / "20q_ppo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config("micro")
-    c.ppo.adv_estimator, c.ppo.kl_coef = "archer_hierarchical", 0.1
-    for key, value in overrides.items():
-        *groups, name = key.split("__")
-        target = c
-        for group in groups:
-            target = target[group]
-        setattr(target, name, value)
-    return c
+    """configs/20q_ppo.py's micro preset with archer_hierarchical and a KL penalty, then ``overrides``."""
+    return micro_of("20q_ppo.py", **{"ppo__adv_estimator": "archer_hierarchical", "ppo__kl_coef": 0.1, **overrides})
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ subprocess with the same environment (8 host devices, offline), so both see the 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import math
 import os
@@ -36,12 +35,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "20q.py"
 
 
-def micro(**overrides):
-    """The micro preset with ``overrides``; a key ``group__name`` sets ``c.group.name``."""
-    spec = importlib.util.spec_from_file_location("config_20q", CONFIG)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config("micro")
+def micro_of(file: str, **overrides) -> ml_collections.ConfigDict:
+    """The micro preset of ``configs/<file>`` with ``overrides``; a key ``group__name`` sets ``c.group.name``."""
+    c = config_lib.file_config(ROOT / "configs" / file, "micro")
     for key, value in overrides.items():
         *groups, name = key.split("__")
         target = c
@@ -49,6 +45,11 @@ def micro(**overrides):
             target = target[group]
         setattr(target, name, value)
     return c
+
+
+def micro(**overrides) -> ml_collections.ConfigDict:
+    """configs/20q.py's micro preset with ``overrides`` (:func:`micro_of`)."""
+    return micro_of("20q.py", **overrides)
 
 
 def cli(workdir: Path, *flags: str) -> list[str]:
