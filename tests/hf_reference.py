@@ -148,3 +148,47 @@ def causal_logits(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """HF logits of a (left-padded) batch, positions counted from each row's first real token."""
     with torch.no_grad():
         return gpt2_forward_logits(model, ids, mask).detach().numpy()
+
+
+T5_KINDS = {
+    # flan-t5 / T5 v1.1: gated GELU, unscaled decoder output, its own LM head (written by hand below:
+    # transformers 5 ties every T5 head at construction), more decoder than encoder layers.
+    "flan": dict(feed_forward_proj="gated-gelu", num_layers=2, num_decoder_layers=3, untied=True),
+    # T5 v1.0: ReLU feed-forward, LM head tied to the embedding, decoder output scaled by d_model ** -0.5.
+    "v1": dict(feed_forward_proj="relu", num_layers=2, num_decoder_layers=2, untied=False),
+}
+
+
+def t5(kind: str, directory: Path, seed: int = 0):
+    """A random tiny ``T5ForConditionalGeneration`` saved to ``directory`` and read back from it.
+
+    Short bucket ranges (8 buckets, distance 12) make the logarithmic buckets matter at test
+    lengths. ``flan`` gets a separate random ``lm_head.weight`` in its safetensors file and
+    ``tie_word_embeddings: false``, the layout of the published flan-t5 checkpoints, which
+    transformers loads untied."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    spec = dict(T5_KINDS[kind])
+    untied = spec.pop("untied")
+    config = transformers.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=48, num_heads=4,
+                                   relative_attention_num_buckets=8, relative_attention_max_distance=12,
+                                   decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **spec)
+    torch.manual_seed(seed)
+    model = transformers.T5ForConditionalGeneration(config)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            p.copy_(1.0 + 0.1 * noise if "layer_norm" in name else 0.3 * noise)
+    model.save_pretrained(directory)
+    if untied:
+        tensors = load_file(directory / "model.safetensors")
+        tensors["lm_head.weight"] = 0.3 * torch.randn(tensors["shared.weight"].shape, generator=g)
+        save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+        hf_config = json.loads((directory / "config.json").read_text())
+        hf_config["tie_word_embeddings"] = False
+        hf_config.pop("scale_decoder_outputs", None)
+        (directory / "config.json").write_text(json.dumps(hf_config))
+    return transformers.T5ForConditionalGeneration.from_pretrained(directory).eval()

@@ -1,5 +1,6 @@
 """Native Flax NNX models that load and save Hugging Face checkpoints: GPT-2 and the Llama family
-(Llama 2/3, Mistral, Qwen2) as policies, RoBERTa as the critic's encoder.
+(Llama 2/3, Mistral, Qwen2) as policies, RoBERTa as the critic's encoder, T5 / flan-t5 as the
+environments' oracles.
 
     from archer_jax import models
     policy = models.load_causal_lm("gpt2")           # hub name or HF-format directory
@@ -20,10 +21,12 @@ from archer_jax.models.pretrained import (
     load_gpt2,
     load_pretrained,
     load_roberta,
+    load_t5,
     params_as_numpy,
     save_pretrained,
 )
 from archer_jax.models.roberta import EncoderOutput, RobertaConfig, RobertaModel
+from archer_jax.models.t5 import T5Config, T5ForConditionalGeneration
 from archer_jax.models.tiny import build_tiny
 from archer_jax.models.tokenizer import Tokens, bucket_length, encode, load_tokenizer
 
@@ -51,6 +54,9 @@ __all__ = [
     "load_gpt2",
     "load_pretrained",
     "load_roberta",
+    "load_t5",
+    "T5Config",
+    "T5ForConditionalGeneration",
     "load_tokenizer",
     "params_as_numpy",
     "save_pretrained",

@@ -1,5 +1,5 @@
 """Multi-head attention shared by every model family: GPT-2 and the Llama family (causal, KV cache,
-GQA, rotary positions) and RoBERTa (bidirectional)."""
+GQA, rotary positions), RoBERTa (bidirectional) and T5 (relative position biases, cross-attention)."""
 
 from __future__ import annotations
 
@@ -48,8 +48,10 @@ def default_block_bytes() -> int | None:
     return CPU_BLOCK_BYTES if jax.default_backend() == "cpu" else None
 
 
-def _masked_scores(q: Array, k: Array, mask: Array, scale: float) -> Array:
+def _masked_scores(q: Array, k: Array, mask: Array, scale: float, bias: Array | None = None) -> Array:
     scores = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    if bias is not None:
+        scores = scores + bias.astype(jnp.float32)
     return jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
 
 
@@ -112,7 +114,14 @@ _blocked_attention.defvjp(_blocked_forward, _blocked_backward)
 
 
 def dot_product_attention(
-    q: Array, k: Array, v: Array, mask: Array, scale: float, *, block_bytes: int | None | str = "auto"
+    q: Array,
+    k: Array,
+    v: Array,
+    mask: Array,
+    scale: float,
+    *,
+    block_bytes: int | None | str = "auto",
+    bias: Array | None = None,
 ) -> Array:
     """Softmax attention with float32 scores, on head-major arrays.
 
@@ -125,6 +134,8 @@ def dot_product_attention(
         batch rows (:func:`block_rows`), one after another, with a backward pass that recomputes
         each block's probabilities instead of storing them (memory-efficient attention).
         ``"auto"``: :func:`default_block_bytes` (blocks on CPUs only); None: never.
+      bias: added to the scaled scores, broadcastable to ``[batch, heads, q_len, kv_len]`` (T5's
+        relative position biases). Attention with a bias always takes the whole batch at once.
 
     Returns ``[batch, heads, q_len, head_dim]``. A query row with no allowed key (a padding
     position) gets uniform weights rather than NaN; its output is meaningless and callers ignore it.
@@ -134,15 +145,15 @@ def dot_product_attention(
     if block_bytes == "auto":
         block_bytes = default_block_bytes()
     batch, heads, q_len, _ = q.shape
-    rows = block_rows(batch, heads, q_len, k.shape[2], block_bytes)
+    rows = None if bias is not None else block_rows(batch, heads, q_len, k.shape[2], block_bytes)
     if rows is None:
-        probs = jax.nn.softmax(_masked_scores(q, k, mask, scale), axis=-1).astype(v.dtype)
+        probs = jax.nn.softmax(_masked_scores(q, k, mask, scale, bias), axis=-1).astype(v.dtype)
         return jnp.einsum("bhqk,bhkd->bhqd", probs, v)
     mask = jnp.broadcast_to(mask, (batch, *mask.shape[1:]))
     return _blocked_attention(q, k, v, mask, scale, rows)
 
 
-def grouped_attention(q: Array, k: Array, v: Array, mask: Array, scale: float) -> Array:
+def grouped_attention(q: Array, k: Array, v: Array, mask: Array, scale: float, bias: Array | None = None) -> Array:
     """:func:`dot_product_attention` with fewer key/value heads than query heads (GQA/MQA).
 
     ``q`` is ``[batch, heads, q_len, d]``, ``k``/``v`` ``[batch, kv_heads, kv_len, d]``. Each
@@ -153,7 +164,9 @@ def grouped_attention(q: Array, k: Array, v: Array, mask: Array, scale: float) -
     batch, heads, q_len, d = q.shape
     kv_heads = k.shape[1]
     if heads == kv_heads:
-        return dot_product_attention(q, k, v, mask, scale)
+        return dot_product_attention(q, k, v, mask, scale, bias=bias)
+    if bias is not None:
+        raise ValueError("a score bias with grouped key/value heads is not supported")
     group = heads // kv_heads
     q = q.reshape(batch, kv_heads, group * q_len, d)
     mask = jnp.tile(mask, (1, 1, group, 1))  # [.., q_len, kv] -> [.., group * q_len, kv], group-major
@@ -164,9 +177,10 @@ def grouped_attention(q: Array, k: Array, v: Array, mask: Array, scale: float) -
 class MultiHeadAttention(nnx.Module):
     """Separate query/key/value/output projections over ``(heads, head_dim)``.
 
-    Shared by every model family: GPT-2 and RoBERTa (biases everywhere), and the Llama family
+    Shared by every model family: GPT-2 and RoBERTa (biases everywhere), the Llama family
     (no biases, or query/key/value biases in Qwen2; fewer key/value heads with GQA; rotary
-    positions applied to the queries and keys by the caller's ``rotary``).
+    positions applied to the queries and keys by the caller's ``rotary``) and T5 (no biases,
+    unscaled scores plus relative position biases, and cross-attention to the encoder).
     """
 
     def __init__(
@@ -207,15 +221,23 @@ class MultiHeadAttention(nnx.Module):
         cache: KVCache | None = None,
         cache_index: Array | int = 0,
         rotary: Callable[[Array], Array] | None = None,
+        bias: Array | None = None,
+        context: KVCache | None = None,
     ) -> tuple[Array, KVCache | None]:
-        """Attends from ``x`` (``[batch, len, embed]``) to itself, or to the cache.
+        """Attends from ``x`` (``[batch, len, embed]``) to itself, or to the cache, or to a context.
 
         With ``cache``, this call's keys/values are written into slots
         ``[cache_index, cache_index + len)`` and the queries attend over all slots; ``mask`` then
         has the cache's slot count as its last dimension. ``rotary`` (e.g. RoPE at each token's
         position) is applied to the queries and keys (``[batch, len, heads, head_dim]``) before
-        the keys are cached. Returns the output and the new cache.
+        the keys are cached. ``bias`` is added to the scaled scores. ``context`` (from
+        :meth:`context_kv`) is cross-attention: the queries attend to its keys and values, and
+        ``mask`` covers its length. Returns the output and the new cache.
         """
+        if context is not None:
+            q = jnp.swapaxes(self.query(x), 1, 2)
+            out = grouped_attention(q, context.key.astype(q.dtype), context.value.astype(q.dtype), mask, scale, bias)
+            return self.out(jnp.swapaxes(out, 1, 2)), None
         q, k, v = self.query(x), self.key(x), self.value(x)  # [b, len, h, d]
         if rotary is not None:
             q, k = rotary(q), rotary(k)
@@ -225,4 +247,9 @@ class MultiHeadAttention(nnx.Module):
             v = jax.lax.dynamic_update_slice_in_dim(cache.value, v.astype(cache.value.dtype), cache_index, 2)
             cache = KVCache(k, v)
             k, v = k.astype(q.dtype), v.astype(q.dtype)
-        return self.out(jnp.swapaxes(grouped_attention(q, k, v, mask, scale), 1, 2)), cache
+        return self.out(jnp.swapaxes(grouped_attention(q, k, v, mask, scale, bias), 1, 2)), cache
+
+    def context_kv(self, context: Array) -> KVCache:
+        """The head-major keys and values of ``context`` (``[batch, len, embed]``) for
+        cross-attention, computed once per context and reused at every decoding step."""
+        return KVCache(jnp.swapaxes(self.key(context), 1, 2), jnp.swapaxes(self.value(context), 1, 2))

@@ -1,4 +1,4 @@
-"""Load and save models in Hugging Face format: one call each, any GPT-2 or RoBERTa size."""
+"""Load and save models in Hugging Face format: one call each, any size of a supported family."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ from archer_jax.models.llama import weights as llama_weights
 from archer_jax.models.layers import DType
 from archer_jax.models.roberta import model as roberta_model
 from archer_jax.models.roberta import weights as roberta_weights
+from archer_jax.models.t5 import model as t5_model
+from archer_jax.models.t5 import weights as t5_weights
 from archer_jax.models.weight_rules import MappingError, check_names, convert, ours_to_hf
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ class Architecture:
 ARCHITECTURES: dict[str, Architecture] = {
     "gpt2": Architecture(gpt2_model.GPT2Config, gpt2_model.GPT2LMHeadModel, gpt2_weights),
     "roberta": Architecture(roberta_model.RobertaConfig, roberta_model.RobertaModel, roberta_weights),
+    "t5": Architecture(t5_model.T5Config, t5_model.T5ForConditionalGeneration, t5_weights),
     **{
         name: Architecture(config_cls, llama_model.LlamaForCausalLM, llama_weights)
         for name, config_cls in llama_model.FAMILY.items()
@@ -179,6 +182,11 @@ def load_roberta(name_or_path: str | os.PathLike, **kwargs: Any) -> roberta_mode
     return load_pretrained(name_or_path, model_type="roberta", **kwargs)
 
 
+def load_t5(name_or_path: str | os.PathLike, **kwargs: Any) -> t5_model.T5ForConditionalGeneration:
+    """:func:`load_pretrained` for a T5 encoder-decoder (flan-t5: the paper's oracles)."""
+    return load_pretrained(name_or_path, model_type="t5", **kwargs)
+
+
 def params_as_numpy(model: nnx.Module) -> dict[tuple, np.ndarray]:
     """The model's parameters as host NumPy arrays, keyed by parameter path."""
     return {path: np.asarray(jax.device_get(v.get_value())) for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
@@ -208,6 +216,7 @@ __all__: list[str] = [
     "load_gpt2",
     "load_causal_lm",
     "load_roberta",
+    "load_t5",
     "save_pretrained",
     "params_as_numpy",
 ]

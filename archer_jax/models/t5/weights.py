@@ -1,0 +1,62 @@
+"""Hugging Face T5 tensors <-> our parameters.
+
+Names are those of ``T5ForConditionalGeneration`` (``shared``, ``encoder.block.N.layer.M...``,
+``lm_head``). Only block 0 of each stack holds the relative position bias table in Hugging Face;
+ours sits on the stack. The per-stack ``embed_tokens`` copies of ``shared`` (present in
+``state_dict()`` files such as the official ArCHer oracles) are ignored.
+"""
+
+from __future__ import annotations
+
+from archer_jax.models.t5.model import T5Config
+from archer_jax.models.weight_rules import Rule, copy, torch_linear
+
+IGNORED = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+
+
+def canonical_name(name: str) -> str:
+    """Checkpoint names are used as they are."""
+    return name
+
+
+def _linear(hf: str, ours: tuple, in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> Rule:
+    return torch_linear(hf, ours, in_shape, out_shape)[0]  # the weight: T5 has no biases
+
+
+def _attention(hf: str, ours: tuple, config: T5Config) -> list[Rule]:
+    e, h, d = config.d_model, config.num_heads, config.d_kv
+    return [
+        *(_linear(f"{hf}.{n}", (*ours, name), (e,), (h, d)) for n, name in (("q", "query"), ("k", "key"), ("v", "value"))),
+        _linear(f"{hf}.o", (*ours, "out"), (h, d), (e,)),
+    ]
+
+
+def _feed_forward(hf: str, ours: tuple, config: T5Config) -> list[Rule]:
+    e, m = config.d_model, config.d_ff
+    inward = ("wi_0", "wi_1") if config.gated else ("wi",)
+    return [*(_linear(f"{hf}.{n}", (*ours, n), (e,), (m,)) for n in inward), _linear(f"{hf}.wo", (*ours, "wo"), (m,), (e,))]
+
+
+def rules(config: T5Config) -> list[Rule]:
+    """The tensor mapping of a T5 model with this config."""
+    out = [copy("shared.weight", ("shared", "embedding"))]
+    for stack, count in (("encoder", config.num_layers), ("decoder", config.decoder_layers)):
+        out += [
+            copy(f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                 (stack, "relative_attention_bias", "embedding")),
+            copy(f"{stack}.final_layer_norm.weight", (stack, "final_norm", "scale")),
+        ]
+        for i in range(count):
+            p, q = f"{stack}.block.{i}.layer.", (stack, "blocks", i)
+            out += [*_attention(p + "0.SelfAttention", (*q, "self_attention"), config),
+                    copy(p + "0.layer_norm.weight", (*q, "self_norm", "scale"))]
+            ff = 1
+            if stack == "decoder":
+                out += [*_attention(p + "1.EncDecAttention", (*q, "cross_attention"), config),
+                        copy(p + "1.layer_norm.weight", (*q, "cross_norm", "scale"))]
+                ff = 2
+            out += [*_feed_forward(f"{p}{ff}.DenseReluDense", (*q, "ff"), config),
+                    copy(f"{p}{ff}.layer_norm.weight", (*q, "ff_norm", "scale"))]
+    if not config.tie_word_embeddings:
+        out.append(_linear("lm_head", ("lm_head",), (config.d_model,), (config.vocab_size,)))
+    return out
