@@ -159,7 +159,7 @@ T5_KINDS = {
 }
 
 
-def t5(kind: str, directory: Path, seed: int = 0):
+def t5(kind: str, directory: Path, seed: int = 0, **overrides):
     """A random tiny ``T5ForConditionalGeneration`` saved to ``directory`` and read back from it.
 
     Short bucket ranges (8 buckets, distance 12) make the logarithmic buckets matter at test
@@ -172,9 +172,9 @@ def t5(kind: str, directory: Path, seed: int = 0):
 
     spec = dict(T5_KINDS[kind])
     untied = spec.pop("untied")
-    config = transformers.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=48, num_heads=4,
-                                   relative_attention_num_buckets=8, relative_attention_max_distance=12,
-                                   decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **spec)
+    sizes = dict(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=48, num_heads=4, relative_attention_num_buckets=8,
+                 relative_attention_max_distance=12, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    config = transformers.T5Config(**{**sizes, **spec, **overrides})
     torch.manual_seed(seed)
     model = transformers.T5ForConditionalGeneration(config)
     g = torch.Generator().manual_seed(seed)

@@ -14,8 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 
 LAYERS = [
     ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts"),
-    ("models", "envs"),
-    ("learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
+    ("models", "import_official"),
+    ("envs", "learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
      "tensorboard_writer", "memory_plan", "history", "prompts", "data"),
     ("acting", "sft"),
     ("agents",),

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 
 from archer_jax.envs.oracle import INVALID, NO, YES, NameIndex, Oracle, canonical_question, mentions, normalize
-from archer_jax.envs.question_game import MAX_TURNS, Attribute, QuestionGame, read_attributes, read_csv
+from archer_jax.envs.question_game import MAX_TURNS, Attribute, QuestionGame, pick_oracle, read_attributes, read_csv
 
 DATA = Path(__file__).parent / "data"
 CITIES_CSV = DATA / "cities.csv"
@@ -164,12 +164,14 @@ class CityOracle:
 
 
 class GuessMyCity(QuestionGame):
-    """One game of Guess My City over the official cities."""
+    """One game of Guess My City over the official cities. ``oracle``: an :class:`Oracle`, or
+    ``"embedded"`` (default) or ``"t5:PATH"`` (:mod:`archer_jax.envs.model_oracle`)."""
 
     secret_key = "city"
+    game = "guess_my_city"
 
-    def __init__(self, oracle: Oracle | None = None, max_turns: int = MAX_TURNS):
-        super().__init__(oracle if oracle is not None else CityOracle(), max_turns)
+    def __init__(self, oracle: Oracle | str | None = None, max_turns: int = MAX_TURNS):
+        super().__init__(pick_oracle(oracle, self.game, CityOracle), max_turns)
         self.cities = cities()
 
     def reset(self, seed: int | None = None, *, city: str | None = None) -> str:

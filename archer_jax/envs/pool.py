@@ -19,7 +19,9 @@
   step of an env that is not playing (never reset, or its episode ended) raises
   :class:`~archer_jax.envs.base.EnvError` before anything is stepped: the contract of
   :mod:`archer_jax.envs.base` holds for every env, your own included.
-* ``num_workers=0`` runs the envs in this process with the same interface.
+* ``num_workers=0`` runs the envs in this process with the same interface. There, envs whose
+  class has a static ``step_many(envs, actions)`` are stepped together through it (question
+  games answer all their questions in one batched model decode: :mod:`archer_jax.envs.model_oracle`).
 
 The env factory must be picklable (a module-level class or ``functools.partial`` of one).
 """
@@ -32,7 +34,18 @@ import multiprocessing as mp
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from archer_jax.envs.base import SPLITS, Env, EnvError, StepInfo, StepResult, episode_over, not_started, reset_env, step_env
+from archer_jax.envs.base import (
+    SPLITS,
+    Env,
+    EnvError,
+    StepInfo,
+    StepResult,
+    clean_result,
+    episode_over,
+    not_started,
+    reset_env,
+    step_env,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +55,22 @@ EnvFactory = Callable[[], Env]
 def _apply(env: Env, command: str, argument: Any) -> str | StepResult:
     """One reset (``argument`` = ``(seed, split)``) or step (the action), through the boundary."""
     return reset_env(env, *argument) if command == "reset" else step_env(env, argument)
+
+
+def _step_local(envs: Sequence[Env], actions: dict[int, str]) -> dict[int, StepResult]:
+    """Steps in-process envs: through their class's ``step_many`` where it has one (all of a
+    class at once), else one by one."""
+    replies: dict[int, StepResult] = {}
+    together: dict[type, list[int]] = {}
+    for i in actions:
+        if callable(getattr(type(envs[i]), "step_many", None)):
+            together.setdefault(type(envs[i]), []).append(i)
+        else:
+            replies[i] = step_env(envs[i], actions[i])
+    for kind, members in together.items():
+        results = kind.step_many([envs[i] for i in members], [actions[i] for i in members])
+        replies.update((i, clean_result(r, kind.__name__)) for i, r in zip(members, results))
+    return replies
 
 
 def _env_name(make_env: EnvFactory) -> str:
@@ -122,6 +151,8 @@ class EnvPool:
     def _call(self, command: str, arguments: dict[int, Any]) -> dict[int, Any]:
         """Sends each worker its share, gathers replies; restarts the workers that fail."""
         if self._local is not None:
+            if command == "step":
+                return _step_local(self._local, arguments)
             return {i: _apply(self._local[i], command, a) for i, a in arguments.items()}
         shares: dict[int, dict[int, Any]] = {}
         for i, argument in arguments.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from archer_jax.envs.base import StepInfo, StepResult, episode_over, not_started
@@ -60,6 +61,18 @@ def one_line(question: str) -> str:
     return " ".join(str(question).split())[:MAX_QUESTION_CHARS]
 
 
+def pick_oracle(oracle: Oracle | str | None, game: str, embedded: Callable[[], Oracle]) -> Oracle:
+    """The game's oracle: ``embedded()`` for None or ``"embedded"``, a model oracle for a
+    ``"t5:PATH"`` / ``"lm:PATH"`` spec (one per process, shared), or the given instance."""
+    if oracle is None or oracle == "embedded":
+        return embedded()
+    if isinstance(oracle, str):
+        from archer_jax.envs import model_oracle
+
+        return model_oracle.shared(oracle, game)
+    return oracle
+
+
 class QuestionGame:
     """One game of questions about a hidden secret (anything with a ``name``)."""
 
@@ -83,12 +96,38 @@ class QuestionGame:
 
     def step(self, action: str) -> StepResult:
         """Asks ``action`` (any string: kept on one line, cut at 500 characters)."""
+        question = self.ask(action)
+        return self.answered(question, self.oracle.answer(self.secret.name, question))
+
+    @staticmethod
+    def step_many(games: Sequence[QuestionGame], actions: Sequence[str]) -> list[StepResult]:
+        """``[g.step(a) for g, a in zip(games, actions)]``, with one batched ``answer_batch`` call
+        per oracle that has one (model oracles) instead of a call per game."""
+        questions = [game.ask(action) for game, action in zip(games, actions)]
+        answers: list[str | None] = [None] * len(games)
+        by_oracle: dict[int, list[int]] = {}
+        for i, game in enumerate(games):
+            by_oracle.setdefault(id(game.oracle), []).append(i)
+        for members in by_oracle.values():
+            oracle = games[members[0]].oracle
+            if hasattr(oracle, "answer_batch"):
+                replies = oracle.answer_batch([(games[i].secret.name, questions[i]) for i in members])
+            else:
+                replies = [oracle.answer(games[i].secret.name, questions[i]) for i in members]
+            for i, reply in zip(members, replies):
+                answers[i] = reply
+        return [game.answered(q, a) for game, q, a in zip(games, questions, answers)]
+
+    def ask(self, action: str) -> str:
+        """The question that ``action`` asks (one line, cut at 500 characters)."""
         if self.secret is None:
             raise not_started(type(self).__name__)
         if self.done:
             raise episode_over(type(self).__name__)
-        question = one_line(action)  # one line: it joins the dialogue
-        answer = self.oracle.answer(self.secret.name, question)
+        return one_line(action)  # one line: it joins the dialogue
+
+    def answered(self, question: str, answer: str) -> StepResult:
+        """The step of ``question`` (from :meth:`ask`) once the oracle said ``answer``."""
         self.turn += 1
         won = self.wins(question, answer)
         truncated = not won and self.turn >= self.max_turns

@@ -45,22 +45,46 @@ class EnvSpec:
     check: Callable[[Any], None] | None = None
 
 
+def _oracle(config) -> str:
+    return config.env.options.get("oracle", "embedded")
+
+
 def _twenty_questions(config) -> EnvFactory:
     from archer_jax.envs.twenty_questions import TwentyQuestions
 
-    return functools.partial(TwentyQuestions, max_turns=config.env.max_turns)
+    return functools.partial(TwentyQuestions, max_turns=config.env.max_turns, oracle=_oracle(config))
 
 
 def _twenty_questions_subset(config) -> EnvFactory:
     from archer_jax.envs.twenty_questions import TwentyQuestionsSubset
 
-    return functools.partial(TwentyQuestionsSubset, max_turns=config.env.max_turns)
+    return functools.partial(TwentyQuestionsSubset, max_turns=config.env.max_turns, oracle=_oracle(config))
 
 
 def _guess_my_city(config) -> EnvFactory:
     from archer_jax.envs.guess_my_city import GuessMyCity
 
-    return functools.partial(GuessMyCity, max_turns=config.env.max_turns)
+    return functools.partial(GuessMyCity, max_turns=config.env.max_turns, oracle=_oracle(config))
+
+
+def _check_oracle(config) -> None:
+    """``env.options.oracle`` is 'embedded', 't5:PATH' or 'lm:PATH' with a format for this env, a
+    path that exists (or a hub name), and a model oracle runs with the envs in this process."""
+    from archer_jax.envs import model_oracle
+    from archer_jax.models import hub
+
+    spec = _oracle(config)
+    try:
+        kind, path = model_oracle.parse(spec, config.env.name)
+    except ValueError as e:
+        raise ConfigError(f"config.env.options.oracle: {e}") from None
+    if kind == model_oracle.EMBEDDED:
+        return
+    if hub.looks_like_path(path) and not Path(path).expanduser().exists():
+        raise ConfigError(f"config.env.options.oracle: {path} does not exist")
+    if config.env.workers:
+        raise ConfigError(f"config.env.workers: a model oracle ({spec}) answers every env's question in one batch "
+                          f"in this process; set env.workers=0 (got {config.env.workers})")
 
 
 def _detective(config) -> EnvFactory:
@@ -139,9 +163,9 @@ def _city_expert(kind: str, seed: int):
 
 
 ENVS: dict[str, EnvSpec] = {
-    "twenty_questions": EnvSpec(_twenty_questions, _twenty_questions_expert),
-    "twenty_questions_subset": EnvSpec(_twenty_questions_subset, _subset_expert),
-    "guess_my_city": EnvSpec(_guess_my_city, _city_expert),
+    "twenty_questions": EnvSpec(_twenty_questions, _twenty_questions_expert, dict(oracle="embedded"), _check_oracle),
+    "twenty_questions_subset": EnvSpec(_twenty_questions_subset, _subset_expert, dict(oracle="embedded"), _check_oracle),
+    "guess_my_city": EnvSpec(_guess_my_city, _city_expert, dict(oracle="embedded"), _check_oracle),
     "detective": EnvSpec(_detective, options=dict(game_path="", list_valid_actions=True), check=_check_detective),
     "webshop": EnvSpec(
         _webshop,

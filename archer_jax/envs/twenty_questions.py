@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 
 from archer_jax.envs.oracle import INVALID, NO, YES, NameIndex, Oracle, canonical_question, ends_with_name, normalize
-from archer_jax.envs.question_game import MAX_TURNS, Attribute, QuestionGame, read_attributes, read_csv
+from archer_jax.envs.question_game import MAX_TURNS, Attribute, QuestionGame, pick_oracle, read_attributes, read_csv
 
 DATA = Path(__file__).parent / "data"
 OBJECTS_CSV = DATA / "twenty_questions.csv"
@@ -149,12 +149,15 @@ class KnowledgeBaseOracle:
 
 
 class TwentyQuestions(QuestionGame):
-    """One game of Twenty Questions. ``words``: the candidate objects (default: all 157)."""
+    """One game of Twenty Questions. ``words``: the candidate objects (default: all 157).
+    ``oracle``: an :class:`Oracle`, or ``"embedded"`` (default), ``"t5:PATH"`` or ``"lm:PATH"``
+    (:mod:`archer_jax.envs.model_oracle`)."""
 
     secret_key = "word"
+    game = "twenty_questions"
 
-    def __init__(self, words: tuple[str, ...] | None = None, oracle: Oracle | None = None, max_turns: int = MAX_TURNS):
-        super().__init__(oracle if oracle is not None else KnowledgeBaseOracle(), max_turns)
+    def __init__(self, words: tuple[str, ...] | None = None, oracle: Oracle | str | None = None, max_turns: int = MAX_TURNS):
+        super().__init__(pick_oracle(oracle, self.game, KnowledgeBaseOracle), max_turns)
         self.objects = objects() if words is None else tuple(object_named(w) for w in words)
 
     def reset(self, seed: int | None = None, *, word: str | None = None) -> str:
@@ -168,5 +171,7 @@ class TwentyQuestions(QuestionGame):
 class TwentyQuestionsSubset(TwentyQuestions):
     """The 10-object subset the paper uses with the 7B actor."""
 
-    def __init__(self, oracle: Oracle | None = None, max_turns: int = MAX_TURNS):
+    game = "twenty_questions_subset"
+
+    def __init__(self, oracle: Oracle | str | None = None, max_turns: int = MAX_TURNS):
         super().__init__(SUBSET, oracle, max_turns)

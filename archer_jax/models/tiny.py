@@ -1,4 +1,4 @@
-"""The tiny preset: small GPT-2 / Llama / RoBERTa models with a byte-level BPE tokenizer trained offline.
+"""The tiny preset: small GPT-2 / Llama / RoBERTa / T5 models with a byte-level BPE tokenizer trained offline.
 
 Used by the tests and by the embedded default run, so nothing is downloaded. The tokenizer is
 trained with ``tokenizers`` on text generated here (dialogues in the style of the project's
@@ -17,8 +17,9 @@ from pathlib import Path
 from archer_jax.models.gpt2.model import GPT2Config
 from archer_jax.models.llama.model import LlamaConfig
 from archer_jax.models.roberta.model import RobertaConfig
+from archer_jax.models.t5.model import T5Config
 
-KINDS = ("gpt2", "llama", "roberta")
+KINDS = ("gpt2", "llama", "roberta", "t5")
 CAUSAL_KINDS = ("gpt2", "llama")  # tiny policies
 TINY_PREFIX = "tiny:"  # a config's "tiny:gpt2" / "tiny:llama" / "tiny:roberta": built offline by build_tiny
 # The tiny Llama's chat template: Mistral-Instruct's format ("[INST] ... [/INST]"), so that the
@@ -29,6 +30,7 @@ TINY_CHAT_TEMPLATE = (
 )
 _GPT2_SPECIAL = ["<|endoftext|>"]
 _ROBERTA_SPECIAL = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+_T5_SPECIAL = ["<pad>", "</s>", "<unk>"]  # T5's ids 0, 1, 2; "</s>" ends every text
 
 _OBJECTS = (
     "airplane car truck bicycle boat train bus motorcycle helicopter rocket dog cat horse cow "
@@ -85,14 +87,15 @@ def train_tokenizer(kind: str, directory: str | os.PathLike, vocab_size: int = 1
 
     ``kind`` ``gpt2`` gives a GPT-2 style tokenizer (``<|endoftext|>`` as BOS/EOS/UNK);
     ``llama`` the same with a chat template (:data:`TINY_CHAT_TEMPLATE`); ``roberta`` a RoBERTa style one (``<s> <pad> </s> <unk> <mask>`` = ids 0..4, ``<s>``
-    and ``</s>`` around each text). Returns the Hugging Face tokenizer.
+    and ``</s>`` around each text); ``t5`` a T5 style one (``<pad> </s> <unk>`` = ids 0..2,
+    ``</s>`` after each text). Returns the Hugging Face tokenizer.
     """
     import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     if kind not in KINDS:
         raise ValueError(f"tokenizer kind must be one of {KINDS}, got {kind!r}")
-    special = _ROBERTA_SPECIAL if kind == "roberta" else _GPT2_SPECIAL
+    special = {"roberta": _ROBERTA_SPECIAL, "t5": _T5_SPECIAL}.get(kind, _GPT2_SPECIAL)
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
@@ -103,6 +106,12 @@ def train_tokenizer(kind: str, directory: str | os.PathLike, vocab_size: int = 1
         show_progress=False,
     )
     bpe.train_from_iterator(tiny_corpus(seed=seed), trainer)
+    if kind == "t5":
+        bpe.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+        tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", eos_token="</s>",
+                                                         unk_token="<unk>", model_max_length=512)
+        tokenizer.save_pretrained(directory)
+        return tokenizer
     with tempfile.TemporaryDirectory() as tmp:
         vocab, merges = bpe.model.save(tmp)
         cls = transformers.RobertaTokenizer if kind == "roberta" else transformers.GPT2Tokenizer
@@ -114,7 +123,7 @@ def train_tokenizer(kind: str, directory: str | os.PathLike, vocab_size: int = 1
     return tokenizer
 
 
-def tiny_config(kind: str, vocab_size: int) -> GPT2Config | LlamaConfig | RobertaConfig:
+def tiny_config(kind: str, vocab_size: int) -> GPT2Config | LlamaConfig | RobertaConfig | T5Config:
     """The tiny model config of ``kind`` for a tokenizer of ``vocab_size`` tokens."""
     if kind == "gpt2":
         return GPT2Config(
@@ -134,6 +143,9 @@ def tiny_config(kind: str, vocab_size: int) -> GPT2Config | LlamaConfig | Robert
             intermediate_size=256,
             max_position_embeddings=514,
         )
+    if kind == "t5":  # flan-t5-shaped: gated GELU, its own LM head (an oracle: noise, but every path runs)
+        return T5Config(vocab_size=vocab_size, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+                        feed_forward_proj="gated-gelu", tie_word_embeddings=False)
     raise ValueError(f"tiny model kind must be one of {KINDS}, got {kind!r}")
 
 

@@ -8,6 +8,8 @@ ours sits on the stack. The per-stack ``embed_tokens`` copies of ``shared`` (pre
 
 from __future__ import annotations
 
+import numpy as np
+
 from archer_jax.models.t5.model import T5Config
 from archer_jax.models.weight_rules import Rule, copy, torch_linear
 
@@ -60,3 +62,31 @@ def rules(config: T5Config) -> list[Rule]:
     if not config.tie_word_embeddings:
         out.append(_linear("lm_head", ("lm_head",), (config.d_model,), (config.vocab_size,)))
     return out
+
+
+def config_from_tensors(tensors: dict, **overrides) -> T5Config:
+    """The config of a T5 state dict without its ``config.json`` (the official oracle files),
+    read from the tensor shapes: vocabulary, widths, heads, layer counts, buckets, gated or not,
+    tied or not. ``relative_attention_max_distance`` and the special token ids cannot be read
+    from shapes: they keep the T5 defaults unless given in ``overrides``. A head equal to the
+    embedding is read as tied, hence scaled (T5 v1.0); the official files are transformers 4
+    ``state_dict()``s of flan-t5, whose head is its own."""
+    def shape(name: str) -> tuple[int, ...]:
+        if name not in tensors:
+            raise KeyError(f"not a T5 state dict: it has no tensor {name}")
+        return tuple(tensors[name].shape)
+
+    vocab, d_model = shape("shared.weight")
+    buckets, heads = shape("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight")
+    inner = shape("encoder.block.0.layer.0.SelfAttention.q.weight")[0]
+    gated = "encoder.block.0.layer.1.DenseReluDense.wi_0.weight" in tensors
+    d_ff = shape(f"encoder.block.0.layer.1.DenseReluDense.{'wi_0' if gated else 'wi'}.weight")[0]
+
+    def blocks(stack: str) -> int:
+        return len({name.split(".")[2] for name in tensors if name.startswith(f"{stack}.block.")})
+
+    tied = "lm_head.weight" not in tensors or bool((np.asarray(tensors["lm_head.weight"]) == np.asarray(tensors["shared.weight"])).all())
+    fields = dict(vocab_size=vocab, d_model=d_model, d_kv=inner // heads, d_ff=d_ff, num_layers=blocks("encoder"),
+                  num_decoder_layers=blocks("decoder"), num_heads=heads, relative_attention_num_buckets=buckets,
+                  feed_forward_proj="gated-gelu" if gated else "relu", tie_word_embeddings=tied)
+    return T5Config(**{**fields, **overrides})
