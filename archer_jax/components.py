@@ -85,7 +85,7 @@ class Components:
             encoder = load_roberta(critic_dir, dtype=dtype, remat=c.model.remat, seed=c.seed)
             critic = DoubleCritic(encoder, embedding=c.model.critic_embedding, rngs=nnx.Rngs(c.seed))
             max_critic_length = min(max_critic_length, encoder.config.max_position_embeddings - 2)
-        self._encoder_config = encoder.config if critic is not None else None
+        self.encoder_config = encoder.config if critic is not None else None
         self._compute_bytes = dtype.itemsize
         platform = self.mesh.devices.flat[0].platform
         critic_rules = shd.REPLICATED_RULES if c.model.critic_sharding == "replicated" else shd.DEFAULT_RULES
@@ -107,7 +107,7 @@ class Components:
     def largest_activation(self) -> memory_plan.Activation:
         """The largest activation of a learner step on one device (:mod:`archer_jax.memory_plan`)."""
         c, policy = self.config, self.actor_module.policy.config
-        encoder = self._encoder_config
+        encoder = self.encoder_config
         return memory_plan.largest_activation(
             rows=self.batch, mesh=self.mesh, policy_length=self.pipeline.max_prompt_length + c.sampling.max_new_tokens,
             action_length=c.sampling.max_new_tokens, vocab=policy.vocab_size, policy_width=policy.hidden_size,

@@ -107,6 +107,9 @@ def base_config() -> ml_collections.ConfigDict:
         policy="gpt2",  # hub name, HF-format directory, or tiny:gpt2 / tiny:llama
         critic="roberta-base",  # hub name, HF-format directory, or tiny:roberta
         critic_embedding="pooler",  # pooler | first_token
+        # The official ArCHer critic to start from: the critic_init.safetensors that
+        # `python -m archer_jax.import_official trainer.pt` writes (its encoder, heads and target). "" = none.
+        critic_init="",
         # The critic's parameters over the mesh: "mesh" (split by their logical axes, as the policy's)
         # or "replicated" (a whole copy on each device, the batch still split: a small critic beside
         # a large FSDP-sharded policy then needs no parameter gathers).
@@ -227,6 +230,7 @@ KEY_DOCS: dict[str, str] = {
                     "or tiny:gpt2 / tiny:llama (built offline)",
     "model.critic": "the critic's encoder: a hub name, an HF-format directory, or tiny:roberta (built offline)",
     "model.critic_embedding": "the critic's text embedding: pooler | first_token",
+    "model.critic_init": "an official critic to start from: critic_init.safetensors from archer_jax.import_official (\"\" = none)",
     "model.dtype": "compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32 | bfloat16",
     "model.matmul_precision": "float32 matmul precision: default | high | highest (archer_jax/precision.py)",
     "model.remat": "activation checkpointing per block: none | dots (keep matmul outputs) | full (keep block inputs)",
@@ -502,6 +506,12 @@ def _check_offline(c: ml_collections.ConfigDict, given: dict) -> None:
         from archer_jax.handover import checkpoint_directory
 
         checkpoint_directory(c.init_from)
+    if c.model.critic_init:
+        if c.init_from:
+            raise ConfigError("config.model.critic_init: init_from already gives this run its critic; set one of them")
+        if not Path(c.model.critic_init).expanduser().is_file():
+            raise ConfigError(f"config.model.critic_init: {c.model.critic_init} does not exist (write it with "
+                              "python -m archer_jax.import_official trainer.pt --out DIR)")
 
 
 def _check_ppo(c: ml_collections.ConfigDict, given: dict) -> None:

@@ -35,7 +35,7 @@ FIXED = (
     "agent", "seed", "capacity", "env.name", "model.policy", "model.critic", "model.critic_embedding", "model.lora.",
     "model.prompt_format",
     "learner.actor_loss", "sft.",  # "sft.": every key of the warm start, which is done
-    "init_from", "offline.dataset", "offline.split", "offline.generate_",  # where the run started; its dataset
+    "init_from", "model.critic_init", "offline.dataset", "offline.split", "offline.generate_",  # where the run started; its dataset
     "offline.policy_mix",
     "ppo.adv_estimator", "ppo.value_head", "ppo.kl_coef",  # the actor's value head, and its reference copy
 )

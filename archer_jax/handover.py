@@ -8,6 +8,10 @@ The new run takes the policy (and, when both runs have one, the double critic wi
 from the newest checkpoint of ``init_from`` (a run's workdir or its ``checkpoints`` directory);
 optimizers, counters and the replay buffer start fresh. The networks must have the same shapes
 (the same ``model.*`` keys); anything else is a one-line error naming the key.
+
+``config.model.critic_init`` starts the critic (and its target) from an official ArCHer critic
+instead: the ``critic_init.safetensors`` that ``python -m archer_jax.import_official trainer.pt``
+writes (:func:`critic_from_file`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from typing import TYPE_CHECKING
 
 from archer_jax.checkpoint import Checkpoints
 from archer_jax.errors import ConfigError
+from archer_jax.learners import official_critic
 from archer_jax.learners.train_state import States
+from archer_jax.models.weight_rules import MappingError
 
 if TYPE_CHECKING:
     from archer_jax.components import Components
@@ -58,3 +64,26 @@ def initial_states(run: Components, states: States, init_from: str | Path) -> St
     log.info("started from %s step %d: policy%s; fresh optimizers", directory, step,
              " and critic" if with_critic else " (the critic starts fresh)" if states.critic is not None else "")
     return States(new_actor, new_critic)
+
+
+def critic_from_file(run: Components, states: States, path: str | Path) -> States:
+    """``states`` with the critic and target critic of an official critic file (official names
+    under ``critic.`` and ``target_critic.``); a fresh optimizer."""
+    from safetensors.numpy import load_file
+
+    if states.critic is None:
+        raise ConfigError(f"config.model.critic_init: agent {run.config.agent!r} has no critic to start")
+    path = Path(path).expanduser()
+    try:
+        tensors = load_file(path)
+    except Exception as e:  # noqa: BLE001 - safetensors raises several kinds for a bad file
+        raise ConfigError(f"config.model.critic_init: cannot read {path}: {e}") from None
+    config = run.encoder_config  # the critic encoder's RobertaConfig
+    template = states.critic.params
+    try:
+        params = official_critic.params(tensors, template, config, "critic.")
+        target = official_critic.params(tensors, template, config, "target_critic.")
+    except MappingError as e:
+        raise ConfigError(f"config.model.critic_init: {path}: {e}") from None
+    log.info("started the critic and its target from the official critic %s; a fresh optimizer", path)
+    return States(states.actor, run.learner.init_critic(params, target))

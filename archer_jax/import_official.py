@@ -1,16 +1,25 @@
-"""Import the official ArCHer files: the fine-tuned flan-t5 oracles (``20q_t5_oracle.pt``,
-``city_t5_oracle.pt``: ``torch.save({"model_state_dict": T5ForConditionalGeneration.state_dict()})``)
-become Hugging Face directories that ``--config.env.options.oracle=t5:DIR`` and
-:func:`archer_jax.models.load_t5` read.
+"""Import the official ArCHer files (the command line):
+
+* a flan-t5 oracle (``20q_t5_oracle.pt``, ``city_t5_oracle.pt``) -> an HF directory for
+  ``--config.env.options.oracle=t5:DIR``;
+* an SFT policy checkpoint (``checkpoint_path`` of ``archer_20q.yaml``:
+  ``{"model_state_dict": GPT2LMHeadModel.state_dict(), "optimizer_state_dict": ...}``) -> ``DIR/policy``,
+  an HF directory for ``--config.model.policy``;
+* a trainer checkpoint (``trainer.pt`` of ``ArcherTrainer.save``: the policy, the critic, the
+  target critic and both optimizers) -> ``DIR/policy``, ``DIR/critic`` (the critic's RoBERTa, for
+  ``--config.model.critic``) and ``DIR/critic_init.safetensors`` (its heads and its target too, for
+  ``--config.model.critic_init``). The optimizers' moments are not imported: runs start them fresh.
 
     python -m archer_jax.import_official 20q_t5_oracle.pt --out oracles/20q_t5
-    python -m archer_jax.import_official city_t5_oracle.pt --out oracles/city_t5 --base /data/flan-t5-small
+    python -m archer_jax.import_official trainer.pt --out imported/20q
+    python -m archer_jax.train --config=configs/20q.py --config.sft.steps=0 \\
+        --config.model.policy=imported/20q/policy --config.model.critic=imported/20q/critic \\
+        --config.model.critic_init=imported/20q/critic_init.safetensors --workdir=runs/from_official
 
-The files hold weights only: the architecture is read from the tensor shapes, and the tokenizer
-(and the special token ids) come from ``--base`` (default ``google/flan-t5-small``, the model the
-official code fine-tuned: a hub name, cached or reachable, or a local HF directory). Files are
-read with ``torch.load(weights_only=True)``, so a file that is not plain tensors is refused, not
-run.
+The kind is read from the file's keys. Tokenizers and the settings that shapes do not tell come
+from the base models: ``--base`` (default ``gpt2`` for a policy, ``google/flan-t5-small`` for an
+oracle) and ``--critic-base`` (default ``roberta-base``), hub names (cached or reachable) or
+local HF directories.
 """
 
 from __future__ import annotations
@@ -23,91 +32,119 @@ from typing import Any
 
 import numpy as np
 
+from archer_jax.learners import official_critic
 from archer_jax.models import hub
+from archer_jax.models.official import DEFAULT_BASE as DEFAULT_T5_BASE
+from archer_jax.models.official import OfficialFileError, convert_t5_oracle, read_torch, state_dict
+from archer_jax.models.weight_rules import MappingError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BASE = "google/flan-t5-small"
+TRAINER_KEYS = ("model_state_dict", "critic_state_dict", "target_critic_state_dict")
+DEFAULT_POLICY_BASE = "gpt2"
+DEFAULT_CRITIC_BASE = "roberta-base"
+
+__all__ = ["OfficialFileError", "convert", "convert_policy", "convert_t5_oracle", "convert_trainer", "kind_of", "main"]
 
 
-class OfficialFileError(hub.ModelLoadError):
-    """An official file that cannot be imported (one line naming the file and the reason)."""
+def kind_of(obj: Any, path: Path) -> str:
+    """``trainer``, ``policy`` or ``oracle``, from the file's keys."""
+    if isinstance(obj, dict) and "critic_state_dict" in obj:
+        missing = [k for k in TRAINER_KEYS if k not in obj]
+        if missing:
+            raise OfficialFileError(f"{path}: a trainer checkpoint without {', '.join(missing)}")
+        return "trainer"
+    tensors = obj.get("model_state_dict", obj) if isinstance(obj, dict) else obj
+    names = list(tensors) if isinstance(tensors, dict) else []
+    if "shared.weight" in names and any(n.startswith("encoder.block.") for n in names):
+        return "oracle"
+    if any(n.startswith(("transformer.", "wte.", "model.embed_tokens.")) for n in names):
+        return "policy"
+    shown = ", ".join(map(str, (names or list(obj) if isinstance(obj, dict) else [type(obj).__name__])[:6]))
+    raise OfficialFileError(f"{path}: not an official oracle, policy or trainer file (keys: {shown})")
 
 
-def read_torch(path: str | Path) -> Any:
-    """The object saved at ``path`` by ``torch.save``, loaded with ``weights_only=True``."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise OfficialFileError(f"{path}: no such file")
+def _base(base: str, path: Path, role: str) -> Path:
     try:
-        import torch
-    except ImportError:
-        raise OfficialFileError(f"{path}: reading an official PyTorch file needs torch (pip install torch)") from None
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - torch raises several kinds; all mean "not importable"
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise OfficialFileError(f"{path}: not a plain state dict that torch.load(weights_only=True) reads: {reason}") from None
-
-
-def state_dict(obj: Any, path: str | Path, key: str = "model_state_dict") -> dict[str, np.ndarray]:
-    """The tensors of ``obj[key]`` (or of ``obj`` itself when it is already a state dict) as
-    float32 / integer NumPy arrays."""
-    import torch
-
-    tensors = obj.get(key, obj) if isinstance(obj, dict) else obj
-    if not isinstance(tensors, dict) or not tensors or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
-        keys = ", ".join(map(str, list(obj)[:6])) if isinstance(obj, dict) else type(obj).__name__
-        raise OfficialFileError(f"{path}: expected a state dict of tensors under {key!r}; found {keys}")
-    out = {}
-    for name, t in tensors.items():
-        t = t.detach().cpu().contiguous()
-        out[name] = (t.float() if t.is_floating_point() else t).numpy()
-    return out
-
-
-def convert_t5_oracle(path: str | Path, out: str | Path, *, base: str = DEFAULT_BASE) -> Path:
-    """Writes the official T5 oracle at ``path`` as an HF directory ``out`` (config from the
-    shapes, tokenizer and special ids from ``base``). Returns ``out``."""
-    from archer_jax.models import load_tokenizer
-    from archer_jax.models.t5 import weights
-    from archer_jax.models.weight_rules import MappingError, check_names
-
-    tensors = state_dict(read_torch(path), path)
-    try:
-        base_dir = hub.resolve(base)
+        return hub.resolve(base)
     except hub.ModelLoadError as e:
-        raise OfficialFileError(f"{path}: the official file holds weights only; its tokenizer comes from --base: {e}") from None
-    base_config = hub.read_config(base_dir) if (base_dir / hub.CONFIG).is_file() else {}
-    ids = {k: base_config[k] for k in ("pad_token_id", "eos_token_id", "decoder_start_token_id",
-                                        "relative_attention_max_distance", "layer_norm_epsilon") if base_config.get(k) is not None}
+        raise OfficialFileError(f"{path}: the {role}'s config and tokenizer come from its base model: {e}") from None
+
+
+def _write_hf(tensors: dict[str, np.ndarray], out: Path, base_dir: Path, model_type: tuple[str, ...], path: Path) -> Path:
+    """``tensors`` with ``base_dir``'s config and tokenizer as an HF directory, checked by loading it."""
+    from archer_jax.models import load_pretrained
+    from archer_jax.models.tokenizer import load_tokenizer
+
+    hub.write_model_dir(out, hub.read_config(base_dir), tensors)
+    load_tokenizer(base_dir).save_pretrained(out)
     try:
-        config = weights.config_from_tensors(tensors, **ids)
-        used, _, unused = check_names(weights.rules(config), tensors)
-    except (KeyError, MappingError) as e:
-        raise OfficialFileError(f"{path}: {e.args[0] if e.args else e}") from None
-    unused = [n for n in unused if n not in weights.IGNORED]
-    if unused:
-        log.warning("%s: ignoring %d tensors a T5 does not use: %s", path, len(unused), ", ".join(unused[:5]))
-    out = Path(out).expanduser()
-    hub.write_model_dir(out, config.to_hf_dict(), {name: tensors[name] for name in used.values()})
-    load_tokenizer(base_dir, padding_side="right").save_pretrained(out)
+        load_pretrained(out, model_type=model_type)
+    except hub.ModelLoadError as e:
+        raise OfficialFileError(f"{path}: does not fit the base model {base_dir.name}: {e}") from None
     return out
+
+
+def convert_policy(tensors: dict[str, np.ndarray], out: Path, base_dir: Path, path: Path) -> Path:
+    """An official policy state dict as an HF directory (the base's config and tokenizer)."""
+    from archer_jax.models.pretrained import CAUSAL_LM_TYPES
+
+    return _write_hf(tensors, out, base_dir, CAUSAL_LM_TYPES, path)
+
+
+def convert_trainer(obj: dict, out: Path, base_dir: Path, critic_base_dir: Path, path: Path) -> dict[str, Path]:
+    """A ``trainer.save`` file as ``out/policy``, ``out/critic`` and ``out/critic_init.safetensors``."""
+    from safetensors.numpy import save_file
+
+    from archer_jax.models.roberta.model import RobertaConfig
+
+    policy = convert_policy(state_dict(obj, path, "model_state_dict"), out / "policy", base_dir, path)
+    critic = state_dict(obj, path, "critic_state_dict")
+    target = state_dict(obj, path, "target_critic_state_dict")
+    encoder = {k[len("base_lm."):]: v for k, v in critic.items() if k.startswith("base_lm.")}
+    critic_dir = _write_hf(encoder, out / "critic", critic_base_dir, ("roberta",), path)
+    config = RobertaConfig.from_hf_dict(hub.read_config(critic_dir))
+    merged = {f"critic.{k}": v for k, v in critic.items()} | {f"target_critic.{k}": v for k, v in target.items()}
+    for prefix in ("critic.", "target_critic."):
+        try:
+            official_critic.check(merged, config, prefix)
+        except MappingError as e:
+            raise OfficialFileError(f"{path}: {prefix[:-1]}_state_dict: {e}") from None
+    save_file({k: np.ascontiguousarray(v) for k, v in merged.items()}, out / "critic_init.safetensors")
+    return dict(policy=policy, critic=critic_dir, critic_init=out / "critic_init.safetensors")
+
+
+def convert(path: str | Path, out: str | Path, *, base: str | None = None, critic_base: str = DEFAULT_CRITIC_BASE) -> dict[str, Path]:
+    """Converts the official file at ``path`` into ``out``; returns what was written, by role."""
+    path, out = Path(path).expanduser(), Path(out).expanduser()
+    obj = read_torch(path)
+    kind = kind_of(obj, path)
+    if kind == "oracle":
+        return dict(oracle=convert_t5_oracle(path, out, base=base or DEFAULT_T5_BASE))
+    base_dir = _base(base or DEFAULT_POLICY_BASE, path, "policy")
+    if kind == "policy":
+        return dict(policy=convert_policy(state_dict(obj, path), out / "policy", base_dir, path))
+    return convert_trainer(obj, out, base_dir, _base(critic_base, path, "critic"), path)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("path", help="an official .pt file (a T5 oracle)")
-    parser.add_argument("--out", required=True, help="the HF directory to write")
-    parser.add_argument("--base", default=DEFAULT_BASE, help="hub name or HF directory with the tokenizer (default %(default)s)")
+    parser.add_argument("path", help="an official .pt file: a T5 oracle, an SFT policy checkpoint or a trainer.pt")
+    parser.add_argument("--out", required=True, help="the directory to write")
+    parser.add_argument("--base", default=None,
+                        help=f"the policy's or oracle's base model (default {DEFAULT_POLICY_BASE} / {DEFAULT_T5_BASE})")
+    parser.add_argument("--critic-base", default=DEFAULT_CRITIC_BASE, help="the critic's base model (default %(default)s)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        out = convert_t5_oracle(args.path, args.out, base=args.base)
+        written = convert(args.path, args.out, base=args.base, critic_base=args.critic_base)
     except OfficialFileError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    log.info("wrote %s: use it with --config.env.options.oracle=t5:%s", out, out)
+    flags = dict(oracle="--config.env.options.oracle=t5:{}", policy="--config.model.policy={}",
+                 critic="--config.model.critic={}", critic_init="--config.model.critic_init={}")
+    log.info("wrote %s", ", ".join(str(p) for p in written.values()))
+    log.info("start from it with: %s", " ".join(flags[k].format(p) for k, p in written.items()))
     return 0
 
 

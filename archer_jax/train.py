@@ -192,6 +192,8 @@ def _start_or_resume(run: Components, agent: agents.Agent, checkpoints: Checkpoi
         states, loop.sft = warm_start(run, states, writers)
     if c.init_from:  # offline-to-online: another run's policy (and critic), fresh optimizers
         states = handover.initial_states(run, states, c.init_from)
+    if c.model.critic_init:  # an official ArCHer critic (archer_jax.import_official)
+        states = handover.critic_from_file(run, states, c.model.critic_init)
     before = _eval_metrics(evaluate(run, agent, states))
     loop.evals.append(dict(iteration=0, env_samples=0, **before))
     writers.scalars(0, before)

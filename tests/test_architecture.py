@@ -14,12 +14,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 
 LAYERS = [
     ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts"),
-    ("models", "import_official"),
+    ("models",),
     ("envs", "learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
      "tensorboard_writer", "memory_plan", "history", "prompts", "data"),
     ("acting", "sft"),
     ("agents",),
-    ("components", "config", "config_changes", "preflight", "handover"),
+    ("components", "config", "config_changes", "preflight", "handover", "import_official"),
     ("train",),
     ("cli",),
 ]

@@ -113,3 +113,154 @@ def test_cli(official, base, tmp_path, capsys):
     assert import_official.main([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "x"), "--base", str(base)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "missing.pt: no such file" in err[0]
+
+
+# ---- the official policy and trainer checkpoints -------------------------------------------------
+
+
+class OfficialCritic(torch.nn.Module):
+    """The official ArCHer critic, as its code builds it: a RoBERTa ``base_lm`` whose pooler output
+    embeds the observation and the action in two passes, and four ReLU MLP heads (Q on both, V on
+    the observation)."""
+
+    def __init__(self, base_dir, seed: int):
+        super().__init__()
+        import transformers
+
+        torch.manual_seed(seed)
+        self.base_lm = transformers.RobertaModel.from_pretrained(base_dir)
+        d = self.base_lm.config.hidden_size
+
+        def head(width: int):
+            return torch.nn.Sequential(torch.nn.Linear(width, d), torch.nn.ReLU(), torch.nn.Linear(d, d), torch.nn.ReLU(),
+                                       torch.nn.Linear(d, 1))
+
+        self.critic1, self.critic2, self.v_critic1, self.v_critic2 = head(2 * d), head(2 * d), head(d), head(d)
+        ref.randomize(self, seed, scale=0.1)
+
+    def forward(self, obs_ids, obs_mask, action_ids, action_mask):
+        s = self.base_lm(obs_ids, attention_mask=obs_mask).pooler_output
+        a = self.base_lm(action_ids, attention_mask=action_mask).pooler_output
+        both = torch.cat([s, a], dim=-1)
+        return [x[:, 0] for x in (self.critic1(both), self.critic2(both), self.v_critic1(s), self.v_critic2(s))]
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bases")
+    return build_tiny("gpt2", root / "gpt2"), build_tiny("roberta", root / "roberta")
+
+
+@pytest.fixture(scope="module")
+def trainer_file(tmp_path_factory, bases):
+    """A ``trainer.save`` file in the official layout, made here from random tiny networks."""
+    import transformers
+
+    policy_base, critic_base = bases
+    policy = ref.randomize(transformers.GPT2LMHeadModel.from_pretrained(policy_base), seed=5)
+    critic, target = OfficialCritic(critic_base, seed=6), OfficialCritic(critic_base, seed=7)
+    path = tmp_path_factory.mktemp("official") / "trainer.pt"
+    torch.save({
+        "model_state_dict": policy.state_dict(),
+        "critic_state_dict": critic.state_dict(),
+        "target_critic_state_dict": target.state_dict(),
+        "critic_optimizer_state_dict": torch.optim.Adam(critic.parameters()).state_dict(),
+        "lm_optimizer_state_dict": torch.optim.Adam(policy.parameters()).state_dict(),
+    }, path)
+    return path, policy, critic, target
+
+
+def test_sft_policy_checkpoint_imports(tmp_path, bases, trainer_file):
+    _, policy, _, _ = trainer_file
+    path = tmp_path / "sft.pt"
+    torch.save({"model_state_dict": policy.state_dict(), "optimizer_state_dict": {}}, path)
+    written = import_official.convert(path, tmp_path / "out", base=str(bases[0]))
+    assert set(written) == {"policy"}
+    ours = models.load_causal_lm(written["policy"])
+    ids, mask = ref.padded_batch((9, 5), 12, "left", pad_id=0)
+    expected = ref.causal_logits(policy, ids, mask)
+    assert ref.relative_error(np.asarray(ours(ids, mask).logits), expected, mask) < 1e-4
+
+
+def test_trainer_checkpoint_imports_with_the_critics_values(tmp_path, bases, trainer_file):
+    """Q1, Q2, V1, V2 of the imported critic and of its target equal the official PyTorch critic's
+    on fixed texts."""
+    from flax import nnx
+    from safetensors.numpy import load_file
+
+    from archer_jax.learners import official_critic
+    from archer_jax.learners.critic import DoubleCritic
+    from archer_jax.models.tokenizer import Tokens
+
+    path, _, critic, target = trainer_file
+    written = import_official.convert(path, tmp_path / "out", base=str(bases[0]), critic_base=str(bases[1]))
+    assert set(written) == {"policy", "critic", "critic_init"}
+    tensors = load_file(written["critic_init"])
+    module = DoubleCritic(models.load_roberta(written["critic"]), rngs=nnx.Rngs(0))
+    graphdef, template = nnx.split(module)
+    ids, mask = ref.padded_batch((11, 6, 3), 12, "right", pad_id=1)
+    action_ids, action_mask = ref.padded_batch((4, 7, 2), 8, "right", pad_id=1, seed=1)
+    for prefix, official in (("critic.", critic), ("target_critic.", target)):
+        params = official_critic.params(tensors, template, module.encoder.config, prefix)
+        ours = nnx.merge(graphdef, params)(Tokens(ids, mask), Tokens(action_ids, action_mask))
+        with torch.no_grad():
+            expected = official(*(torch.tensor(x) for x in (ids, mask, action_ids, action_mask)))
+        for got, want in zip(ours, expected):
+            np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-4, atol=1e-4 * float(np.abs(want.numpy()).max()))
+
+
+def test_trainer_file_missing_a_head_names_it(tmp_path, bases, trainer_file):
+    path, policy, critic, target = trainer_file
+    state = {k: v for k, v in critic.state_dict().items() if not k.startswith("v_critic2.")}
+    broken = tmp_path / "broken.pt"
+    torch.save({"model_state_dict": policy.state_dict(), "critic_state_dict": state,
+                "target_critic_state_dict": target.state_dict()}, broken)
+    with pytest.raises(import_official.OfficialFileError, match=r"critic_state_dict: missing tensors critic.v_critic2.0.weight"):
+        import_official.convert(broken, tmp_path / "out", base=str(bases[0]), critic_base=str(bases[1]))
+    unknown = tmp_path / "unknown.pt"
+    torch.save({"weights": {"x": torch.zeros(2)}}, unknown)
+    with pytest.raises(import_official.OfficialFileError, match=r"not an official oracle, policy or trainer file"):
+        import_official.convert(unknown, tmp_path / "out")
+
+
+def test_a_run_starts_from_the_imported_critic(tmp_path, bases, trainer_file):
+    """--config.model.critic_init: the run's critic and target are the official ones, with a fresh optimizer."""
+    from archer_jax import handover
+    from archer_jax.components import Components
+    from archer_jax.learners import official_critic
+    from safetensors.numpy import load_file
+    from tests.train.test_train_app import micro
+
+    path, _, _, _ = trainer_file
+    written = import_official.convert(path, tmp_path / "out", base=str(bases[0]), critic_base=str(bases[1]))
+    c = micro(sft__steps=0)
+    c.model.policy, c.model.critic = str(written["policy"]), str(written["critic"])
+    c.model.critic_init = str(written["critic_init"])
+    run = Components(c, tmp_path / "run")
+    states = handover.critic_from_file(run, run.init_states(), c.model.critic_init)
+    tensors = load_file(written["critic_init"])
+    expected = official_critic.params(tensors, states.critic.params, run.encoder_config, "target_critic.")
+    for got, want in zip(jax_leaves(states.critic.target), jax_leaves(expected)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert int(states.critic.step) == 0
+
+
+def jax_leaves(tree):
+    import jax
+
+    return jax.tree.leaves(tree)
+
+
+def test_critic_init_config_errors(tmp_path):
+    from archer_jax import config as config_lib
+    from archer_jax.errors import ConfigError
+    from tests.train.test_train_app import micro
+
+    c = micro(sft__steps=0)
+    c.model.critic_init = str(tmp_path / "missing.safetensors")
+    with pytest.raises(ConfigError, match=r"config.model.critic_init: .*missing.safetensors does not exist"):
+        config_lib.validate(c)
+    (tmp_path / "critic_init.safetensors").write_bytes(b"")
+    c.model.critic_init, c.init_from = str(tmp_path / "critic_init.safetensors"), str(tmp_path)
+    with pytest.raises(ConfigError, match=r"config.model.critic_init: init_from already gives"):
+        config_lib.validate(c)

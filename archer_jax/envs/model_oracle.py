@@ -168,14 +168,14 @@ class CausalLMGenerator:
 def converted_directory(path: Path, base: str) -> Path:
     """An HF directory for the official ``.pt`` oracle at ``path`` (written once, in the user's
     cache, keyed by the file's path, size and time), with ``base``'s tokenizer."""
-    from archer_jax import import_official
+    from archer_jax.models import official
 
     stat = path.stat()
     key = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{base}".encode()).hexdigest()[:12]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "archer_jax" / "oracles"
     directory = cache / f"{path.stem}-{key}"
     if not (directory / "config.json").is_file():
-        import_official.convert_t5_oracle(path, directory, base=base)
+        official.convert_t5_oracle(path, directory, base=base)
         log.info("converted the official oracle %s to %s", path, directory)
     return directory
 
