@@ -125,10 +125,11 @@ class ModelOracle:
 class T5Generator:
     """Greedy texts of a T5 model for a batch of prompts (right padding, power-of-two buckets)."""
 
-    def __init__(self, model, tokenizer, min_bucket: int = 16):
+    def __init__(self, model, tokenizer, min_bucket: int = 16, min_batch: int = 8):
         self.model = model
         self.tokenizer = tokenizer
         self.min_bucket = min_bucket
+        self.min_batch = min_batch  # fewer batch buckets, fewer programs to compile
 
     def __call__(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         from archer_jax.models.t5.generate import greedy
@@ -136,7 +137,7 @@ class T5Generator:
 
         rows = self.tokenizer(prompts, add_special_tokens=True)["input_ids"]
         length = max(self.min_bucket, next_power_of_two(max(len(r) for r in rows)))
-        batch = next_power_of_two(len(rows))
+        batch = max(self.min_batch, next_power_of_two(len(rows)))
         ids = np.full((batch, length), self.tokenizer.pad_token_id, np.int32)
         mask = np.zeros((batch, length), np.int32)
         for i, row in enumerate(rows):
