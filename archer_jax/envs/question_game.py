@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from archer_jax.envs.base import StepInfo, StepResult, episode_over, not_started
