@@ -57,13 +57,21 @@ def _apply(env: Env, command: str, argument: Any) -> str | StepResult:
     return reset_env(env, *argument) if command == "reset" else step_env(env, argument)
 
 
+def _steps_together(kind: type) -> bool:
+    """Whether envs of class ``kind`` step through its ``step_many``: only when ``kind`` does not
+    override ``step`` below the class that defines ``step_many`` (a subclass that changes
+    ``step``, e.g. to wrap its results, is stepped one by one so its override runs)."""
+    owner = next((k for k in kind.__mro__ if "step_many" in vars(k)), None)
+    return owner is not None and callable(kind.step_many) and kind.step is owner.step
+
+
 def _step_local(envs: Sequence[Env], actions: dict[int, str]) -> dict[int, StepResult]:
     """Steps in-process envs: through their class's ``step_many`` where it has one (all of a
     class at once), else one by one."""
     replies: dict[int, StepResult] = {}
     together: dict[type, list[int]] = {}
     for i in actions:
-        if callable(getattr(type(envs[i]), "step_many", None)):
+        if _steps_together(type(envs[i])):
             together.setdefault(type(envs[i]), []).append(i)
         else:
             replies[i] = step_env(envs[i], actions[i])

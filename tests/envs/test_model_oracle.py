@@ -147,3 +147,18 @@ def test_micro_run_with_a_t5_oracle(tmp_path, t5_dir):
     assert summary["iterations"] == 1 and summary["env_samples"] > 0
     assert oracle.questions - before >= summary["env_samples"]
     assert np.isfinite(summary["eval_return_after"])
+
+
+def test_a_subclass_that_overrides_step_is_stepped_one_by_one():
+    """The pool's batched path must not bypass a game's own ``step`` (wrappers, reward changes)."""
+    class Doubled(TwentyQuestionsSubset):
+        def step(self, action):
+            result = super().step(action)
+            return result._replace(reward=2 * result.reward)
+
+    pool = EnvPool(Doubled, 3)
+    pool.reset(seeds=range(3))
+    assert [r.reward for r in pool.step(["Is it an animal?"] * 3)] == [-2.0, -2.0, -2.0]
+    plain = EnvPool(TwentyQuestionsSubset, 3)
+    plain.reset(seeds=range(3))
+    assert [r.reward for r in plain.step(["Is it an animal?"] * 3)] == [-1.0, -1.0, -1.0]
