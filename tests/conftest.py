@@ -65,3 +65,22 @@ def pytest_runtest_teardown(item, nextitem):
     import jax
 
     jax.config.update("jax_default_matmul_precision", None)
+
+
+# ---- memory: one pytest process runs the whole suite ------------------------------------------
+# Every jitted program compiled in a test module stays in JAX's in-memory caches for the rest of
+# the session; over the suite they grew the process to most of a 24 GB CI machine, and a training
+# run started later (the multi-host test) then found ~1 MiB free. The persistent compilation
+# cache above keeps a program compiled again in a later module cheap.
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    yield
+    import gc
+
+    import jax
+
+    from archer_jax.envs import model_oracle
+
+    model_oracle.shared.cache_clear()
+    jax.clear_caches()
+    gc.collect()
