@@ -11,9 +11,7 @@ archer_jax.import_official`` is the command line.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +75,8 @@ def convert_t5_oracle(path: str | Path, out: str | Path, *, base: str = DEFAULT_
     base_config = hub.read_config(base_dir) if (base_dir / hub.CONFIG).is_file() else {}
     ids = {k: base_config[k] for k in ("pad_token_id", "eos_token_id", "decoder_start_token_id",
                                         "relative_attention_max_distance", "layer_norm_epsilon") if base_config.get(k) is not None}
+    if isinstance(ids.get("eos_token_id"), list):  # config.json may list several; T5 ends on the first
+        ids["eos_token_id"] = ids["eos_token_id"][0]
     try:
         config = weights.config_from_tensors(tensors, **ids)
         used, _, unused = check_names(weights.rules(config), tensors)
