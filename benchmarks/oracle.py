@@ -27,7 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from common import RESULTS, print_table, time_call, write_result  # noqa: I001 (sets the XLA flags first)
 
 import jax  # noqa: E402
