@@ -107,7 +107,7 @@ def convert_trainer(obj: dict, out: Path, base_dir: Path, critic_base_dir: Path,
     merged = {f"critic.{k}": v for k, v in critic.items()} | {f"target_critic.{k}": v for k, v in target.items()}
     for prefix in ("critic.", "target_critic."):
         try:
-            official_critic.check(merged, config, prefix)
+            official_critic.converted(merged, config, prefix)
         except MappingError as e:
             raise OfficialFileError(f"{path}: {prefix[:-1]}_state_dict: {e}") from None
     save_file({k: np.ascontiguousarray(v) for k, v in merged.items()}, out / "critic_init.safetensors")

@@ -133,17 +133,14 @@ class T5Generator:
 
     def __call__(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         from archer_jax.models.t5.generate import greedy
-        from archer_jax.models.tokenizer import next_power_of_two
+        from archer_jax.models.tokenizer import next_power_of_two, pad_rows
 
         rows = self.tokenizer(prompts, add_special_tokens=True)["input_ids"]
+        count, pad = len(rows), self.tokenizer.pad_token_id
+        rows = rows + [[pad]] * (max(self.min_batch, next_power_of_two(count)) - count)  # filler: one pad token, never read
         length = max(self.min_bucket, next_power_of_two(max(len(r) for r in rows)))
-        batch = max(self.min_batch, next_power_of_two(len(rows)))
-        ids = np.full((batch, length), self.tokenizer.pad_token_id, np.int32)
-        mask = np.zeros((batch, length), np.int32)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)], mask[i, : len(row)] = row, 1
-        mask[len(rows) :, 0] = 1  # filler rows: one pad token each, never read
-        tokens = np.asarray(greedy(self.model, ids, mask, max_new_tokens))[: len(rows)]
+        ids, mask = pad_rows(rows, pad, left=False, max_length=length, length=length)
+        tokens = np.asarray(greedy(self.model, ids, mask, max_new_tokens))[:count]
         return self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
 
 

@@ -36,19 +36,25 @@ def rules(config: RobertaConfig, prefix: str = "") -> list[Rule]:
     return out
 
 
+def converted(tensors: Mapping[str, np.ndarray], config: RobertaConfig, prefix: str = "") -> dict[tuple, np.ndarray]:
+    """The critic's parameters (by path) from the official tensors. Raises :class:`MappingError`
+    naming the tensors a critic needs that are missing, or one whose shape does not fit."""
+    values, absent, _ = hf_to_ours(rules(config, prefix), tensors)
+    if absent:  # the pooler is optional in RoBERTa files, never in a critic that reads pooler outputs
+        raise MappingError(f"missing tensors {', '.join(absent[:3])}")
+    return values
+
+
 def params(tensors: Mapping[str, np.ndarray], template: nnx.State, config: RobertaConfig, prefix: str = "") -> nnx.State:
     """``template`` (a critic's parameters) with every leaf replaced by the official tensor that
     maps to it. Raises :class:`MappingError` naming missing tensors or a shape that does not fit."""
-    converted, absent, _ = hf_to_ours(rules(config, prefix), tensors)
-    if absent:  # the pooler is optional in RoBERTa files, never in a critic that reads pooler outputs
-        raise MappingError(f"missing tensors {', '.join(absent[:3])}")
-
+    values = converted(tensors, config, prefix)
     filled = []
     for path, leaf in nnx.to_flat_state(template):
         where = "/".join(map(str, path))
-        if path not in converted:
+        if path not in values:
             raise MappingError(f"no official tensor maps to critic parameter {where}")
-        value = converted[path]
+        value = values[path]
         current = leaf.get_value() if isinstance(leaf, nnx.Variable) else leaf
         if tuple(value.shape) != tuple(current.shape):
             raise MappingError(f"critic parameter {where} has shape {tuple(current.shape)}, "
@@ -57,11 +63,3 @@ def params(tensors: Mapping[str, np.ndarray], template: nnx.State, config: Rober
         filled.append((path, leaf.replace(value) if isinstance(leaf, nnx.Variable) else value))
     return nnx.from_flat_state(filled)
 
-
-def check(tensors: Mapping[str, np.ndarray], config: RobertaConfig, prefix: str = "") -> None:
-    """Raises :class:`MappingError` naming the official tensors a critic needs that are missing,
-    or one whose shape does not fit."""
-    converted, absent, _ = hf_to_ours(rules(config, prefix), tensors)
-    if absent:
-        raise MappingError(f"missing tensors {', '.join(absent[:3])}")
-    del converted
