@@ -15,8 +15,10 @@ estimator) or ``archer_hierarchical`` (ArCHer's TD-learned utterance critic, the
 ``configs/20q.py``, as the turn level; ``warmup_iter`` iterations train it before PPO starts).
 
 ``tiny`` and ``micro`` are ``configs/20q.py``'s, with the same SFT warm start, so PPO starts where
-ArCHer does; ``tiny`` takes 1 epoch of 8-transition minibatches, the actor's step count per
-iteration close to ArCHer's.
+ArCHer does, and PPO's own defaults: 4 epochs of 32-transition minibatches, about 36 policy steps
+on a tiny rollout's ~260 transitions, where ArCHer's actor takes ``actor_steps`` (3). With
+``archer_hierarchical``, ``--config.ppo.lam=1.0 --config.ppo.whiten=False`` is its unbiased form
+(``benchmarks/sample_efficiency.py`` runs that form).
 """
 
 from __future__ import annotations
