@@ -38,7 +38,7 @@ METHODS = {
     "ppo_gae": ("PPO + gae", PPO, "ppo", ["ppo.adv_estimator=gae"]),
     "ppo_grpo": ("PPO + grpo", PPO, "ppo", ["ppo.adv_estimator=grpo", "rollout_group_size=4"]),
     "ppo_archer_ragen": ("PPO + archer_ragen", PPO, "ppo", ["ppo.adv_estimator=archer_ragen"]),
-    "ppo_archer_hierarchical": ("PPO + archer_hierarchical", PPO, "ppo",  # its unbiased form: λ = 1, not whitened
+    "ppo_archer_hierarchical": ("PPO + archer_hierarchical (λ = 1, not whitened)", PPO, "ppo",  # its unbiased form
                                 ["ppo.adv_estimator=archer_hierarchical", "ppo.lam=1.0", "ppo.whiten=False"]),
     "filtered_bc": ("filtered BC (online)", TWENTY_Q, "filtered_bc", []),
     "chai": ("CHAI", TWENTY_Q, "chai", []),
