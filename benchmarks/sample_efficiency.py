@@ -12,6 +12,7 @@ ArCHer's. A finished run is not re-trained, so an interrupted benchmark resumes 
     python benchmarks/sample_efficiency.py --jobs 2
     python benchmarks/sample_efficiency.py --methods ppo_gae ppo_grpo --seeds 0 --jobs 2
     python benchmarks/sample_efficiency.py --reuse-learning   # ArCHer, filtered BC, CHAI from learning.json
+    python benchmarks/sample_efficiency.py --reuse-learning --finished-only   # tables the runs finished so far
 
 ``--reuse-learning`` takes the ArCHer, filtered BC and CHAI runs of ``benchmarks/results/learning.json``
 (the same preset and machine; see its date) instead of training them again. Writes
@@ -51,6 +52,13 @@ def train(method: str, seed: int, workdir: Path) -> dict:
     label, config, agent, overrides = METHODS[method]
     summary = learning.run_one(config, workdir / method, agent, seed, overrides)
     return dict(summary, agent=label, method=method)
+
+
+def finished(method: str, seed: int, workdir: Path) -> dict | None:
+    """A run of ``workdir`` that has finished (its summary.json), labelled with the method; None if it has not."""
+    label, _, agent, _ = METHODS[method]
+    path = workdir / method / f"{agent}_seed{seed}" / "summary.json"
+    return dict(json.loads(path.read_text()), agent=label, method=method) if path.exists() else None
 
 
 def reused(method: str, seed: int, previous: dict) -> dict:
@@ -114,6 +122,8 @@ def main() -> None:
                         help="ArCHer, filtered BC and CHAI from benchmarks/results/learning.json, not trained again")
     parser.add_argument("--threshold", type=float, default=None,
                         help="eval return to reach (default: halfway from the SFT start to ArCHer's final mean)")
+    parser.add_argument("--finished-only", action="store_true",
+                        help="train nothing: aggregate the runs of --workdir that have finished (seeds per method may differ)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -121,9 +131,13 @@ def main() -> None:
     previous = json.loads((RESULTS / "learning.json").read_text()) if args.reuse_learning else None
     reuse = [(m, s) for m in args.methods for s in args.seeds if previous is not None and m in REUSABLE]
     jobs = [(m, s) for s in args.seeds for m in args.methods if (m, s) not in reuse]
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(train, m, s, args.workdir.resolve()) for m, s in jobs]
-        summaries = [reused(m, s, previous) for m, s in reuse] + [f.result() for f in futures]
+    if args.finished_only:
+        found = [finished(m, s, args.workdir.resolve()) for m, s in jobs]
+        summaries = [reused(m, s, previous) for m, s in reuse] + [f for f in found if f is not None]
+    else:
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = [pool.submit(train, m, s, args.workdir.resolve()) for m, s in jobs]
+            summaries = [reused(m, s, previous) for m, s in reuse] + [f.result() for f in futures]
     order = {m: i for i, m in enumerate(METHODS)}
     summaries.sort(key=lambda s: (order[s["method"]], s["config"]["seed"]))
     quality = learning.aggregate(summaries)
@@ -137,8 +151,10 @@ def main() -> None:
     rows = efficiency(summaries, threshold)
     curve = learning.curves(summaries)
     args.out.mkdir(parents=True, exist_ok=True)
+    counts = sorted({q["seeds"] for q in quality})
+    seeds = f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} seeds per method (see table)"
     learning.plot(curve, args.out / "sample_efficiency.png",
-                  f"20Q subset, tiny preset: {len(args.seeds)} seeds, band = min..max; threshold {threshold:.2f}")
+                  f"20Q subset, tiny preset: {seeds}, band = min..max; threshold {threshold:.2f}")
     text = table(rows, quality, threshold)
     (args.out / "sample_efficiency.md").write_text(text + "\n")
     result = dict(benchmark="sample_efficiency", machine=machine(), threshold=threshold,
