@@ -15,7 +15,8 @@ ArCHer's. A finished run is not re-trained, so an interrupted benchmark resumes 
     python benchmarks/sample_efficiency.py --reuse-learning --finished-only   # tables the runs finished so far
 
 ``--reuse-learning`` takes the ArCHer, filtered BC and CHAI runs of ``benchmarks/results/learning.json``
-(the same preset and machine; see its date) instead of training them again. Writes
+(the same preset; see its date and machine) instead of training them again, for each of the three
+that has no finished run in ``--workdir``. Writes
 ``benchmarks/results/sample_efficiency.{json,png,md}``.
 """
 
@@ -119,7 +120,8 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "sample_efficiency")
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at once (2 fills a 2-core CPU best)")
     parser.add_argument("--reuse-learning", action="store_true",
-                        help="ArCHer, filtered BC and CHAI from benchmarks/results/learning.json, not trained again")
+                        help="ArCHer, filtered BC and CHAI from benchmarks/results/learning.json, not trained again "
+                             "(each one that has no finished run in --workdir)")
     parser.add_argument("--threshold", type=float, default=None,
                         help="eval return to reach (default: halfway from the SFT start to ArCHer's final mean)")
     parser.add_argument("--finished-only", action="store_true",
@@ -129,7 +131,10 @@ def main() -> None:
 
     start = time.perf_counter()
     previous = json.loads((RESULTS / "learning.json").read_text()) if args.reuse_learning else None
-    reuse = [(m, s) for m in args.methods for s in args.seeds if previous is not None and m in REUSABLE]
+    # A method is taken from learning.json only when none of its runs here has finished: seeds of one
+    # method never mix two sources.
+    here = {m for m in args.methods for s in args.seeds if finished(m, s, args.workdir.resolve())}
+    reuse = [(m, s) for m in args.methods for s in args.seeds if previous is not None and m in REUSABLE - here]
     jobs = [(m, s) for s in args.seeds for m in args.methods if (m, s) not in reuse]
     if args.finished_only:
         found = [finished(m, s, args.workdir.resolve()) for m, s in jobs]
