@@ -5,9 +5,10 @@ Every run is the train app on the tiny preset (``configs/20q.py:tiny``, or ``con
 for PPO: the same models, SFT warm start, rollouts of 32 dialogues per iteration, 30 iterations
 and fixed evaluation games), only the agent, the estimator and the seed changed. The x-axis is env
 samples (transitions collected). For each method and seed, the samples needed to reach a return
-threshold (default: halfway from the SFT start to ArCHer's final mean return) are the first eval
-point at or above it; the table gives their mean over the seeds that reached it and the ratio to
-ArCHer's. A finished run is not re-trained, so an interrupted benchmark resumes with the same command.
+threshold (default: halfway from the SFT start to ArCHer's final mean return) are taken two ways:
+at the first eval point at or above it, and at the first one from which every later eval stays at
+or above it (a run that touches it and falls back has not reached it). The table gives each one's
+mean over the seeds that got there and its ratio to ArCHer's. A finished run is not re-trained, so an interrupted benchmark resumes with the same command.
 
     python benchmarks/sample_efficiency.py --jobs 2
     python benchmarks/sample_efficiency.py --methods ppo_gae ppo_grpo --seeds 0 --jobs 2
@@ -77,39 +78,68 @@ def samples_to(evals: list[dict], threshold: float) -> float | None:
     return next((e["env_samples"] for e in evals if e["eval/return"] >= threshold), None)
 
 
+def samples_held(evals: list[dict], threshold: float) -> float | None:
+    """Env samples at the first evaluation from which every later one stays at or above
+    ``threshold`` (None: the last one is below it). A run that touches the threshold once and
+    falls back (greedy evals on 32 games are noisy; some methods collapse) has not reached it."""
+    held = None
+    for e in reversed(evals):
+        if e["eval/return"] < threshold:
+            break
+        held = e["env_samples"]
+    return held
+
+
+def _mean(values: dict) -> float | None:
+    hits = [v for v in values.values() if v is not None]
+    return statistics.mean(hits) if hits else None
+
+
 def efficiency(summaries: list[dict], threshold: float) -> list[dict]:
-    """Per method: samples to the threshold per seed, their mean over the seeds that reached it,
-    and the ratio of that mean to ArCHer's."""
+    """Per method and seed: the samples to first reach the threshold and the samples from which the
+    return stays at or above it; each one's mean over the seeds that got there, and its ratio to ArCHer's."""
     rows = []
     for method in dict.fromkeys(s["method"] for s in summaries):
         runs = [s for s in summaries if s["method"] == method]
         reached = {s["config"]["seed"]: samples_to(s["evals"], threshold) for s in runs}
-        hits = [v for v in reached.values() if v is not None]
-        rows.append(dict(method=method, label=runs[0]["agent"], samples_to_threshold=reached,
-                         reached=len(hits), seeds=len(runs), mean_samples=statistics.mean(hits) if hits else None,
+        held = {s["config"]["seed"]: samples_held(s["evals"], threshold) for s in runs}
+        rows.append(dict(method=method, label=runs[0]["agent"], seeds=len(runs),
+                         samples_to_threshold=reached, reached=sum(v is not None for v in reached.values()),
+                         mean_samples=_mean(reached),
+                         samples_held=held, held=sum(v is not None for v in held.values()), mean_held=_mean(held),
                          total_samples=statistics.mean(s["env_samples"] for s in runs)))
-    archer = next((r["mean_samples"] for r in rows if r["method"] == "archer"), None)
+    archer = next((r for r in rows if r["method"] == "archer"), None)
     for r in rows:
-        r["ratio_to_archer"] = r["mean_samples"] / archer if archer and r["mean_samples"] is not None else None
+        for key, ratio in (("mean_samples", "ratio_to_archer"), ("mean_held", "held_ratio_to_archer")):
+            base = archer[key] if archer else None
+            r[ratio] = r[key] / base if base and r[key] is not None else None
     return rows
 
 
+def _cells(r: dict, per_seed: str, mean: str, ratio: str, count: str, archer: dict | None) -> list[str]:
+    seeds = ", ".join("never" if v is None else f"{v:.0f}" for _, v in sorted(r[per_seed].items()))
+    if r[mean] is None:  # no seed got there: more than the run's samples, over ArCHer's
+        base = archer[mean] if archer else None
+        return [seeds, f"- (0/{r['seeds']})", f"> {r['total_samples'] / base:.2f}x" if base else "-"]
+    ratio_text = f"{r[ratio]:.2f}x" if r[ratio] is not None else "-"
+    return [seeds, f"{r[mean]:.0f} ({r[count]}/{r['seeds']})", ratio_text]
+
+
 def table(rows: list[dict], quality: list[dict], threshold: float) -> str:
+    """The markdown table: final returns, samples to first reach the threshold, samples from which it holds."""
     after = {q["agent"]: q for q in quality}
-    lines = [f"| method | eval return before | after: mean ± std | env samples to return ≥ {threshold:.2f} (per seed) "
-             "| seeds reaching it | mean samples | ratio to ArCHer | env samples in all | wall s / run |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    archer = next((r for r in rows if r["method"] == "archer"), None)
+    lines = [f"| method | eval return before | after: mean ± std | first ≥ {threshold:.2f}: env samples per seed "
+             f"| mean (seeds) | ratio to ArCHer | stays ≥ {threshold:.2f} from: env samples per seed | mean (seeds) "
+             "| ratio to ArCHer | env samples in all | wall s / run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         q = after[r["label"]]
-        seeds = ", ".join("never" if v is None else f"{v:.0f}" for _, v in sorted(r["samples_to_threshold"].items()))
-        mean = "-" if r["mean_samples"] is None else f"{r['mean_samples']:.0f}"
-        archer = next((x["mean_samples"] for x in rows if x["method"] == "archer"), None)
-        if r["ratio_to_archer"] is not None:
-            ratio = f"{r['ratio_to_archer']:.2f}x"
-        else:  # never reached (by any seed): more than the run's samples over ArCHer's
-            ratio = f"> {r['total_samples'] / archer:.2f}x" if archer and r["mean_samples"] is None else "-"
-        lines.append(f"| {r['label']} | {q['before']:.2f} | {q['after_mean']:.2f} ± {q['after_std']:.2f} | {seeds} | "
-                     f"{r['reached']}/{r['seeds']} | {mean} | {ratio} | {r['total_samples']:.0f} | {q['wall_s']:.0f} |")
+        cells = [r["label"], f"{q['before']:.2f}", f"{q['after_mean']:.2f} ± {q['after_std']:.2f}",
+                 *_cells(r, "samples_to_threshold", "mean_samples", "ratio_to_archer", "reached", archer),
+                 *_cells(r, "samples_held", "mean_held", "held_ratio_to_archer", "held", archer),
+                 f"{r['total_samples']:.0f}", f"{q['wall_s']:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
