@@ -88,21 +88,28 @@ def curves(summaries: list[dict]) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def plot(curve: dict, path: Path, title: str) -> None:
+def plot(curve: dict, path: Path, title: str, threshold: float | None = None) -> None:
+    """Eval return against env samples, one line (mean) and band (min..max over seeds) per agent;
+    ``threshold``, when given, as a dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(6.4 + 2.6 * (len(curve) > 3), 4.2))
     for agent, c in curve.items():
         (line,) = ax.plot(c["env_samples"], c["mean"], marker="o", label=LABELS.get(agent, agent))
         ax.fill_between(c["env_samples"], c["low"], c["high"], color=line.get_color(), alpha=0.2)
+    if threshold is not None:
+        ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"threshold {threshold:.2f}")
     ax.set_xlabel("env samples (transitions collected)")
     ax.set_ylabel("eval return, 32 fixed games\n(greedy; CHAI: its best of k samples)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if len(curve) > 3:  # beside the axes, off the curves
+        ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -187,9 +187,9 @@ def main() -> None:
     curve = learning.curves(summaries)
     args.out.mkdir(parents=True, exist_ok=True)
     counts = sorted({q["seeds"] for q in quality})
-    seeds = f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} seeds per method (see table)"
+    seeds = f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} seeds per method"
     learning.plot(curve, args.out / "sample_efficiency.png",
-                  f"20Q subset, tiny preset: {seeds}, band = min..max; threshold {threshold:.2f}")
+                  f"20Q, tiny preset: mean of {seeds}, band min..max", threshold)
     text = table(rows, quality, threshold)
     (args.out / "sample_efficiency.md").write_text(text + "\n")
     result = dict(benchmark="sample_efficiency", machine=machine(), threshold=threshold,
