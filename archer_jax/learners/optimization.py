@@ -82,8 +82,19 @@ def keep_if_finite(
     return new, {"grad_norm": grad_norm, "skipped": new.skipped, "nonfinite": (~finite).astype(jnp.int32)}
 
 
-def summarize(name: str, values: Array) -> dict[str, Array]:
-    """``name/mean``, ``name/min``, ``name/max``, ``name/std`` of ``values`` (all elements)."""
+def summarize(name: str, values: Array, mask: Array | None = None) -> dict[str, Array]:
+    """``name/mean``, ``name/min``, ``name/max``, ``name/std`` of ``values``: all elements, or
+    those where ``mask`` is nonzero (zeros when there are none)."""
     values = values.astype(jnp.float32)
-    fns = dict(mean=jnp.mean, min=jnp.min, max=jnp.max, std=jnp.std)
-    return {f"{name}/{stat}": fns[stat](values) for stat in STATS}
+    if mask is None:
+        fns = dict(mean=jnp.mean, min=jnp.min, max=jnp.max, std=jnp.std)
+        return {f"{name}/{stat}": fns[stat](values) for stat in STATS}
+    keep = jnp.broadcast_to(mask, values.shape) != 0
+    count = jnp.maximum(jnp.sum(keep), 1).astype(jnp.float32)
+    mean = jnp.sum(jnp.where(keep, values, 0.0)) / count
+    any_kept = jnp.any(keep)
+    stats = dict(mean=mean,
+                 min=jnp.where(any_kept, jnp.min(jnp.where(keep, values, jnp.inf)), 0.0),
+                 max=jnp.where(any_kept, jnp.max(jnp.where(keep, values, -jnp.inf)), 0.0),
+                 std=jnp.sqrt(jnp.sum(jnp.where(keep, (values - mean) ** 2, 0.0)) / count))
+    return {f"{name}/{stat}": stats[stat] for stat in STATS}

@@ -146,7 +146,7 @@ def ppo_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: P
                                     loss, grads)
     metrics.update(loss=loss)
     metrics.update({k: jnp.mean(v) for k, v in aux.items()})
-    metrics.update(summarize("advantage", batch.advantages))
+    metrics.update(summarize("advantage", batch.advantages, batch.action.mask))  # the policy's tokens only
     return state, metrics
 
 

@@ -11,6 +11,7 @@ from flax import nnx
 from archer_jax.agents.ppo import Layout
 from archer_jax import models
 from archer_jax.learners import Actor, LearnerConfig, ppo
+from archer_jax.learners.optimization import summarize
 from archer_jax.learners.ppo_learner import PPOLearner
 from archer_jax.models.tokenizer import Tokens
 
@@ -83,6 +84,17 @@ def test_ppo_loss_sums_its_terms(arrays):
     np.testing.assert_allclose(float(no_value), np_policy_loss(a["logp"], a["old"], a["adv"], a["mask"], 0.2), rtol=1e-5)
 
 
+def test_masked_summaries():
+    values = jnp.array([[-1.0, -3.0, 0.0], [-2.0, 0.0, 0.0]])
+    mask = jnp.array([[1, 1, 0], [1, 0, 0]])
+    got = {k: float(v) for k, v in summarize("a", values, mask).items()}
+    want = np.array([-1.0, -3.0, -2.0])
+    assert got == pytest.approx({"a/mean": want.mean(), "a/min": -3.0, "a/max": -1.0, "a/std": want.std()})
+    assert float(summarize("a", values)["a/max"]) == 0.0  # unmasked: every element
+    assert {k: float(v) for k, v in summarize("a", values, jnp.zeros_like(mask)).items()} == \
+        {"a/mean": 0.0, "a/min": 0.0, "a/max": 0.0, "a/std": 0.0}  # nothing kept: zeros, not inf
+
+
 def test_config_checks():
     with pytest.raises(KeyError, match="unknown advantage estimator"):
         ppo.PPOConfig(adv_estimator="vtrace")
@@ -128,6 +140,9 @@ def test_ppo_step_on_a_tiny_policy(tiny_dirs):
     batch = ppo.PPOBatch(obs, act, logprobs, values, adv, adv + values, ref)
     state, first = learner.ppo_step(state, batch)
     assert float(first["clip_fraction"]) == 0.0 and abs(float(first["approx_kl"])) < 1e-5
+    kept = adv[act.mask.astype(bool)]  # the advantage statistics are the policy's tokens', not the padding's zeros
+    for stat, want in dict(mean=kept.mean(), min=kept.min(), max=kept.max(), std=kept.std()).items():
+        np.testing.assert_allclose(float(first[f"advantage/{stat}"]), want, rtol=1e-5, atol=1e-6, err_msg=stat)
     for _ in range(4):
         state, metrics = learner.ppo_step(state, batch)
     assert float(metrics["policy_loss"]) < float(first["policy_loss"])
