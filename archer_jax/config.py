@@ -170,6 +170,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.ppo = ml_collections.ConfigDict(dict(
         adv_estimator="gae", epochs=4, clip=0.2, value_clip=0.2, vf_coef=0.5, kl_coef=0.0,
         gamma=1.0, lam=0.95, high_level_gamma=0.95, archer_alpha=0.1, whiten=True, value_head="separate",
+        critic_baseline=False,
     ))
     c.sft = ml_collections.ConfigDict(dict(
         steps=0,  # 0 = no warm start
@@ -280,6 +281,7 @@ KEY_DOCS: dict[str, str] = {
     "ppo.lam": "PPO: GAE's lambda, in [0, 1] (every estimator with a value head)",
     "ppo.high_level_gamma": "PPO archer_ragen: RAGEN's turn-level discount, in [0, 1]",
     "ppo.archer_alpha": "PPO archer_ragen: RAGEN's weight of the turn-level values in the mixed baseline, in [0, 1]",
+    "ppo.critic_baseline": "PPO archer_hierarchical: the turn level is the critic's Q(s, a) - V(s), the token value head learns the rest (a baseline that starts at the critic's level)",
     "ppo.whiten": "PPO: whiten the advantages over the batch's tokens (gae, archer_hierarchical; archer_ragen always does)",
     "ppo.value_head": "PPO: separate (a value model of its own, at critic_lr) | shared (a head whose loss trains the policy's layers too) | detached (a head on stopped hidden states)",
     "sft.steps": "SFT warm-start steps before RL (0 = no warm start)",
@@ -540,6 +542,9 @@ def _check_ppo(c: ml_collections.ConfigDict, given: dict) -> None:
     if c.agent == "ppo" and c.ppo.value_head == "separate" and c.model.lora.rank:
         raise ConfigError("config.ppo.value_head: 'separate' copies the policy's weights, which a LoRA policy "
                           f"(model.lora.rank {c.model.lora.rank}) keeps frozen; use shared or detached")
+    if c.ppo.critic_baseline and not advantages.get(c.ppo.adv_estimator).needs_critic:
+        raise ConfigError(f"config.ppo.critic_baseline: only archer_hierarchical reads the utterance critic, "
+                          f"not adv_estimator {c.ppo.adv_estimator!r}")
     k = given["rollout_group_size"]
     if k < 1 or c.rollout_size % k:
         raise ConfigError(f"config.rollout_group_size: must be >= 1 and divide rollout_size ({c.rollout_size}), got {k}")

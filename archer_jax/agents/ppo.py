@@ -136,8 +136,9 @@ def rollout_targets(run: Components, states: States, sample: dict, first_episode
         critic_obs = pad(pipeline.critic_tokenizer, sample["critic_observation"], pipeline.max_critic_length)
         critic_act = pad(pipeline.critic_tokenizer, sample["critic_action"], pipeline.max_critic_length,
                          min_bucket=pipeline.action_bucket)
-        (turn_q,) = _in_chunks(lambda i: (learner.utterance_q(states.critic.params, take(critic_obs, i),
-                                                               take(critic_act, i)),), len(obs.ids), run.batch)
+        turn = learner.utterance_advantage if config.critic_baseline else learner.utterance_q  # Q - V, or Q
+        (turn_q,) = _in_chunks(lambda i: (turn(states.critic.params, take(critic_obs, i), take(critic_act, i)),),
+                               len(obs.ids), run.batch)
     group = (np.unique(sample["episode"]) - first_episode) // c.rollout_group_size
     rows = advantages.TokenRows(
         rewards=layout.ends(np.asarray(sample["reward"], np.float32)), values=layout.to_rows(values),

@@ -144,6 +144,12 @@ def archer_hierarchical(turn_values: Array, values: Array, mask: Array, turn_end
     last token, which breaks this.) At λ < 1 the TD errors use ``b_{t+1}``, which depends on
     ``a_t``: lower variance, biased unless ``b`` is exact (GAE's usual trade). The value head
     regresses to ``R_t``, at λ = 1 ``Q(s, a)`` itself.
+
+    With ``PPOConfig.critic_baseline`` the caller passes ``Q(s, a) - V(s)`` (the critic's own
+    state value) as ``turn_values``: the baseline is then ``V(s) + b(s, a_<t)``, still a function
+    of the prefix alone, and the head learns only ``Q - V``. A head regressed to ``Q`` itself lags
+    while the critic's level moves (in 20Q it falls from 0 towards the returns over the first tens
+    of iterations), and every sampled token then gets the same large negative advantage.
     """
     adv, ret = _masked_gae(turn_values * turn_end, values, mask, 1.0, lam, reset=turn_end)
     return (masked_whiten(adv, mask) if whiten else adv), ret

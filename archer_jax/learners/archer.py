@@ -40,6 +40,12 @@ def utterance_q(graphdef: nnx.GraphDef, params: nnx.State, observation: Tokens, 
     return jnp.minimum(values.q1, values.q2)
 
 
+def utterance_advantage(graphdef: nnx.GraphDef, params: nnx.State, observation: Tokens, action: Tokens) -> Array:
+    """``min(Q1, Q2)(s, a) - min(V1, V2)(s)`` of the double critic with ``params``: ArCHer's
+    utterance-level advantage of ``a`` in ``s``."""
+    return advantage(nnx.merge(graphdef, params)(observation, action))
+
+
 def critic_step(
     graphdef: nnx.GraphDef,
     tx: optax.GradientTransformation,

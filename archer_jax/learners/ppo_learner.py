@@ -38,6 +38,8 @@ class PPOLearner(Learner):
                                     out_shardings=(replicated, replicated))
         if critic is not None:
             self._utterance_q = jax.jit(self._traced(archer.utterance_q, self.critic_graphdef), out_shardings=replicated)
+            self._utterance_advantage = jax.jit(self._traced(archer.utterance_advantage, self.critic_graphdef),
+                                                out_shardings=replicated)
 
     def _value_head(self, config: LearnerConfig) -> tuple[bool, str]:
         needs, what = super()._value_head(config)
@@ -70,3 +72,8 @@ class PPOLearner(Learner):
         """``min(Q1, Q2)(s, a)`` of the critic with ``critic_params`` on critic tokens, as NumPy."""
         self._check()
         return jax.device_get(self._utterance_q(critic_params, observation, action))
+
+    def utterance_advantage(self, critic_params: nnx.State, observation: Tokens, action: Tokens):
+        """``min(Q1, Q2)(s, a) - min(V1, V2)(s)`` of the critic with ``critic_params``, as NumPy."""
+        self._check()
+        return jax.device_get(self._utterance_advantage(critic_params, observation, action))

@@ -207,3 +207,23 @@ def test_log_probs_are_taken_at_the_sampling_temperature(tiny_dirs):
     want = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     want = np.take_along_axis(want, act.ids[..., None], -1)[..., 0]
     np.testing.assert_allclose(logprobs, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_critic_baseline_is_the_critics_own_advantage(tiny_dirs, tokenizers):
+    """critic_baseline: the turn level archer_hierarchical reads is min Q(s, a) - min V(s) of the
+    critic, computed here from the critic's four heads in NumPy; without it, min Q(s, a)."""
+    from tests.learners.conftest import critic_batch, make_modules
+
+    actor, critic = make_modules(tiny_dirs, token_baseline=True)
+    config = ppo.PPOConfig(adv_estimator="archer_hierarchical", critic_baseline=True)
+    learner = PPOLearner(actor, critic, LearnerConfig(), ppo=config, matmul_precision="highest")
+    state = learner.init_critic()
+    batch = critic_batch(tokenizers, n=8)
+    heads = nnx.merge(learner.critic_graphdef, state.params)(batch.observation, batch.action)
+    q1, q2, v1, v2 = (np.asarray(h, np.float64) for h in heads)
+    np.testing.assert_allclose(learner.utterance_advantage(state.params, batch.observation, batch.action),
+                               np.minimum(q1, q2) - np.minimum(v1, v2), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(learner.utterance_q(state.params, batch.observation, batch.action),
+                               np.minimum(q1, q2), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="critic_baseline needs an estimator that reads the critic, not 'gae'"):
+        ppo.PPOConfig(adv_estimator="gae", critic_baseline=True)

@@ -64,6 +64,8 @@ def test_ppo_resume_is_exact(ppo_run, tmp_path):
     (dict(ppo__clip=1.5), "config.ppo.clip: must be in \\(0, 1\\)"),
     (dict(ppo__lam=-0.1), "config.ppo.lam: must be in \\[0, 1\\]"),
     (dict(ppo__epochs=0), "config.ppo.epochs: must be >= 1"),
+    (dict(ppo__adv_estimator="gae", ppo__critic_baseline=True),
+     "config.ppo.critic_baseline: only archer_hierarchical reads the utterance critic, not adv_estimator 'gae'"),
 ])
 def test_ppo_keys_are_checked_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message):
