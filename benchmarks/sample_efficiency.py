@@ -43,6 +43,9 @@ METHODS = {
     "ppo_archer_ragen": ("PPO + archer_ragen", PPO, "ppo", ["ppo.adv_estimator=archer_ragen"]),
     "ppo_archer_hierarchical": ("PPO + archer_hierarchical (λ = 1, not whitened)", PPO, "ppo",  # its unbiased form
                                 ["ppo.adv_estimator=archer_hierarchical", "ppo.lam=1.0", "ppo.whiten=False"]),
+    "ppo_archer_hierarchical_cb": ("PPO + archer_hierarchical − V(s) (λ = 1, not whitened)", PPO, "ppo",
+                                   ["ppo.adv_estimator=archer_hierarchical", "ppo.lam=1.0", "ppo.whiten=False",
+                                    "ppo.critic_baseline=True"]),
     "filtered_bc": ("filtered BC (online)", TWENTY_Q, "filtered_bc", []),
     "chai": ("CHAI", TWENTY_Q, "chai", []),
 }
