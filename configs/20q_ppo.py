@@ -18,7 +18,8 @@ estimator) or ``archer_hierarchical`` (ArCHer's TD-learned utterance critic, the
 ArCHer does, and PPO's own defaults: 4 epochs of 32-transition minibatches, about 36 policy steps
 on a tiny rollout's ~260 transitions, where ArCHer's actor takes ``actor_steps`` (3). With
 ``archer_hierarchical``, ``--config.ppo.lam=1.0 --config.ppo.whiten=False`` is its unbiased form
-(``benchmarks/sample_efficiency.py`` runs that form).
+(``benchmarks/sample_efficiency.py`` runs that form); ``--config.ppo.critic_baseline=True`` makes the
+turn level the critic's ``Q(s, a) - V(s)``, so the token value head need not follow the critic's level.
 """
 
 from __future__ import annotations
