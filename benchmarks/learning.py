@@ -96,7 +96,8 @@ def plot(curve: dict, path: Path, title: str, threshold: float | None = None) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4 + 2.6 * (len(curve) > 3), 4.2))
+    beside = len(curve) > 3  # the legend beside the axes, off the curves
+    fig, ax = plt.subplots(figsize=(6.4 + 2.6 * beside, 4.2))
     for agent, c in curve.items():
         (line,) = ax.plot(c["env_samples"], c["mean"], marker="o", label=LABELS.get(agent, agent))
         ax.fill_between(c["env_samples"], c["low"], c["high"], color=line.get_color(), alpha=0.2)
@@ -106,7 +107,7 @@ def plot(curve: dict, path: Path, title: str, threshold: float | None = None) ->
     ax.set_ylabel("eval return, 32 fixed games\n(greedy; CHAI: its best of k samples)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    if len(curve) > 3:  # beside the axes, off the curves
+    if beside:
         ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
     else:
         ax.legend()

@@ -164,17 +164,18 @@ def main() -> None:
 
     start = time.perf_counter()
     previous = json.loads((RESULTS / "learning.json").read_text()) if args.reuse_learning else None
+    workdir = args.workdir.resolve()
+    done = {(m, s): finished(m, s, workdir) for m in args.methods for s in args.seeds}
     # A method is taken from learning.json only when none of its runs here has finished: seeds of one
     # method never mix two sources.
-    here = {m for m in args.methods for s in args.seeds if finished(m, s, args.workdir.resolve())}
+    here = {m for (m, _), summary in done.items() if summary is not None}
     reuse = [(m, s) for m in args.methods for s in args.seeds if previous is not None and m in REUSABLE - here]
     jobs = [(m, s) for s in args.seeds for m in args.methods if (m, s) not in reuse]
     if args.finished_only:
-        found = [finished(m, s, args.workdir.resolve()) for m, s in jobs]
-        summaries = [reused(m, s, previous) for m, s in reuse] + [f for f in found if f is not None]
+        summaries = [reused(m, s, previous) for m, s in reuse] + [done[j] for j in jobs if done[j] is not None]
     else:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(train, m, s, args.workdir.resolve()) for m, s in jobs]
+            futures = [pool.submit(train, m, s, workdir) for m, s in jobs]
             summaries = [reused(m, s, previous) for m, s in reuse] + [f.result() for f in futures]
     order = {m: i for i, m in enumerate(METHODS)}
     summaries.sort(key=lambda s: (order[s["method"]], s["config"]["seed"]))
