@@ -2,7 +2,8 @@
 
     python -m archer_jax.train --config=configs/20q.py --workdir=runs/20q
     python -m archer_jax.train --config=configs/20q.py:tiny --workdir=runs/20q_tiny
-    python -m archer_jax.train --config=configs/20q.py --config.learner.critic_lr=2e-5 --config.agent=chai
+    python -m archer_jax.train --config=configs/20q.py --workdir=runs/20q_chai \\
+        --config.learner.critic_lr=2e-5 --config.agent=chai
 
 The default is the official online setting (docs/algorithms.md): ``gpt2`` policy, ``roberta-base`` critic,
 rollouts of 128 dialogues, 50 critic steps of 32 x 8 transitions per iteration, 3 actor steps

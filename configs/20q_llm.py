@@ -11,8 +11,8 @@ on the 10-object subset of Twenty Questions. The base weights load in bfloat16, 
 
 Prompts are the official agent's instruction (``model.prompt_format="mistral_20q"``,
 archer_jax/prompts.py) in the tokenizer's chat template; the env gets the question of the policy's
-JSON answer, decoded as the official code does. The 20Q oracle is the embedded one (issue 23
-brings the official T5 oracle).
+JSON answer, decoded as the official code does. The 20Q oracle is the embedded one; the official
+T5 oracle is ``--config.env.options.oracle=t5:DIR`` (README, "Environments").
 
 ``tiny_llm`` (or ``tiny``): a random tiny Llama-shaped policy (RMSNorm, RoPE, grouped-query attention, SwiGLU;
 built offline with its embedded tokenizer), the tiny RoBERTa critic, an SFT warm start on the

@@ -1,9 +1,10 @@
 """Twenty Questions with token-level PPO, the paper's on-policy baseline, and its advantage estimators.
 
     python -m archer_jax.train --config=configs/20q_ppo.py:tiny --workdir=runs/20q_ppo_tiny
-    python -m archer_jax.train --config=configs/20q_ppo.py:tiny --config.ppo.adv_estimator=archer_ragen
-    python -m archer_jax.train --config=configs/20q_ppo.py:tiny --config.ppo.adv_estimator=grpo \\
-        --config.rollout_group_size=4
+    python -m archer_jax.train --config=configs/20q_ppo.py:tiny --workdir=runs/20q_ragen_tiny \\
+        --config.ppo.adv_estimator=archer_ragen
+    python -m archer_jax.train --config=configs/20q_ppo.py:tiny --workdir=runs/20q_grpo_tiny \\
+        --config.ppo.adv_estimator=grpo --config.rollout_group_size=4
 
 The default is the paper's Twenty Questions setting (``configs/20q.py``: GPT-2 policy, rollouts of
 128 dialogues) with ``agent="ppo"``: each iteration's rollout is learned from in ``ppo.epochs``
