@@ -19,6 +19,7 @@ import ml_collections
 
 from archer_jax import agents, sharding, sft
 from archer_jax.config import validate
+from archer_jax.data import offline_replay
 from archer_jax.envs import registry as envs
 from archer_jax.errors import ConfigError
 from archer_jax.models import hub
@@ -81,14 +82,13 @@ def check_compilation_cache(directory: str) -> None:
 
 def check_offline_data(config: ml_collections.ConfigDict) -> None:
     """An offline run's TFDS build directory (``config.offline.data_dir``) can be written, and a
-    given dataset directory holds a ``.json`` dialogue file."""
+    given dataset is a ``.json`` dialogue file or a directory of them that parse as the env's games
+    (:func:`archer_jax.data.offline_replay.check_dataset`)."""
     if not agents.get(config.agent).offline:
         return
     if config.offline.data_dir:
         _check_writable_directory(Path(config.offline.data_dir).expanduser(), "config.offline.data_dir")
-    given = Path(config.offline.dataset).expanduser() if config.offline.dataset else None
-    if given is not None and given.is_dir() and not any(given.glob("*.json")):
-        raise ConfigError(f"config.offline.dataset: {given} holds no .json dialogue file")
+    offline_replay.check_dataset(config)
 
 
 def check_sft_data(config: ml_collections.ConfigDict) -> None:

@@ -76,8 +76,14 @@ def _read_json_list(path: str | Path) -> list:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(games, list):
-        raise ValueError(f"{path}: expected a JSON list of games, got {type(games).__name__}")
+        raise ValueError(f"{path}: expected a JSON list of games, got {_json_kind(games)}")
     return games
+
+
+def _json_kind(value: Any) -> str:
+    """What a parsed JSON value is, in JSON's words (``"an object"``, ``"a string"``, ...)."""
+    kinds = {dict: "an object", str: "a string", bool: "a boolean", int: "a number", float: "a number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def _field(game: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:

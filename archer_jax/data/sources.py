@@ -7,13 +7,17 @@
 
 Data are stored as array_record (TFDS) under ``data_dir/<dataset>/1.0.0``; records come back in a
 shuffled order, and the ``episode`` field groups them. ``"20q"`` and ``"20q_subset"`` share the
-``twenty_questions`` dataset: give them different data_dirs if their files differ. A built dataset
-is reused as it is: to rebuild from changed files, delete ``data_dir/<dataset>``.
+``twenty_questions`` dataset. A build records the files it was made from (their paths, sizes and
+SHA-256, :func:`fingerprint`) in ``source.json`` beside it, and is reused only for the same files:
+``prepare`` rebuilds it from other or changed files, and says so.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,7 @@ NUMBER_DTYPES = {
     "success": np.bool_, "episode": np.int64,
 }
 CHUNK = 4096  # records per __getitems__ call in episode_columns
+SOURCE = "source.json"  # in a build's directory: the fingerprint of the files it was built from
 
 
 def builder(env: str, data_dir: str | Path) -> tfds.core.DatasetBuilder:
@@ -43,21 +48,60 @@ def builder(env: str, data_dir: str | Path) -> tfds.core.DatasetBuilder:
     return BUILDERS[env](data_dir=str(Path(data_dir).expanduser()), file_format=FILE_FORMAT)
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fingerprint(manual_dir: str | Path) -> dict[str, Any]:
+    """What a build of ``manual_dir`` is made from: for each ``.json`` file the builder reads (by
+    split), its name, resolved path, size and SHA-256."""
+    splits = manual_splits(Path(manual_dir).expanduser())
+    return {split: [dict(name=p.name, path=str(p.resolve()), bytes=p.stat().st_size, sha256=_sha256(p)) for p in paths]
+            for split, paths in splits.items()}
+
+
+def built_from(env: str, data_dir: str | Path) -> dict[str, Any] | None:
+    """The :func:`fingerprint` recorded with ``env``'s build in ``data_dir``; None when none was."""
+    path = Path(builder(env, data_dir).data_dir) / SOURCE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def prepare(env: str, manual_dir: str | Path, data_dir: str | Path) -> tfds.core.DatasetBuilder:
-    """Builds ``env``'s dataset from the files of ``manual_dir`` into ``data_dir``, unless it is built; returns the builder."""
-    built = builder(env, data_dir)
-    if built.is_prepared():
-        log.info("%s: reusing the dataset built in %s", built.name, built.data_dir)
-        return built
+    """Builds ``env``'s dataset from the files of ``manual_dir`` into ``data_dir`` unless it is built
+    from the very same files (:func:`fingerprint`); returns the builder."""
     manual_dir = Path(manual_dir).expanduser()
     splits = manual_splits(manual_dir)  # one-line errors before TFDS's own
+    files = fingerprint(manual_dir)
+    built = builder(env, data_dir)
+    if built.is_prepared():
+        recorded = built_from(env, data_dir)
+        if recorded == files:
+            log.info("%s: reusing the dataset built in %s from the same files", built.name, built.data_dir)
+            return built
+        log.info("%s: rebuilding %s: it was built from %s, not from %s", built.name, built.data_dir,
+                 _describe(recorded) if recorded else "files it did not record", _describe(files))
+        shutil.rmtree(built.data_dir)
+        built = builder(env, data_dir)
     log.info("%s: building from %s", built.name, ", ".join(f"{k}: {[p.name for p in v]}" for k, v in splits.items()))
     tfds.display_progress_bar(False)  # its per-shard bars would flood a run's log; the log lines above say it
     built.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir)), file_format=FILE_FORMAT
     )
+    (Path(built.data_dir) / SOURCE).write_text(json.dumps(files, indent=1) + "\n")
     log.info("%s: built %s", built.name, ", ".join(f"{k}: {v.num_examples} transitions" for k, v in built.info.splits.items()))
     return built
+
+
+def _describe(files: dict[str, Any]) -> str:
+    """``path (bytes, sha256 prefix)`` of every file of a :func:`fingerprint`."""
+    return ", ".join(f"{f['path']} ({f['bytes']} bytes, sha256 {f['sha256'][:12]})" for split in files.values() for f in split)
 
 
 def data_source(env: str, data_dir: str | Path, split: str = "train") -> Any:
