@@ -241,18 +241,23 @@ def optimal_return(env_name: str, max_turns: int) -> float | None:
 
 
 def learning_curve_figure(evals: Sequence[Mapping[str, float]], title: str, *, sft: bool = False,
-                          optimum: float | None = None, optimum_label: str = "optimal expert (mean over secrets)"):
+                          optimum: float | None = None, optimum_label: str = "optimal expert (mean over secrets)",
+                          offline: bool | None = None):
     """The learning curve as a matplotlib ``Figure`` (no pyplot): greedy eval return and success
-    rate against env samples (an offline run's: against iterations), a dotted line at the
-    iteration-0 evaluation (the start, "after SFT" when ``sft``), a dash-dot line at ``optimum``
-    when given, and a legend naming them."""
+    rate against env samples (an ``offline`` run's: against iterations; None: offline when
+    several evaluations have no env samples), a dotted line at the iteration-0 evaluation (the start, "after
+    SFT" when ``sft``), a dash-dot line at ``optimum`` when given, and a legend naming them. The
+    x axis starts at 0 and has whole-number ticks."""
     # A Figure drawn on an Agg canvas: no pyplot, so the caller's matplotlib backend is left alone
     # (matplotlib.use("Agg") here would switch a notebook's inline plots off).
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from matplotlib.ticker import MaxNLocator
+
     # An offline run collects nothing: its evaluations are placed by iteration instead.
-    offline = len(evals) > 1 and not any(e["env_samples"] for e in evals)
+    if offline is None:
+        offline = len(evals) > 1 and not any(e["env_samples"] for e in evals)
     samples = [e["iteration"] if offline else e["env_samples"] for e in evals]
     fig = Figure(figsize=(6.4, 4.6), dpi=120)
     FigureCanvasAgg(fig)
@@ -267,6 +272,9 @@ def learning_curve_figure(evals: Sequence[Mapping[str, float]], title: str, *, s
                   else "env samples (transitions collected)")
     ax.set_ylabel("greedy eval return", color="tab:blue")
     ax.grid(alpha=0.3)
+    right = max(samples, default=0) or 1  # a run with one evaluation, or none past the start
+    ax.set_xlim(-0.03 * right, 1.03 * right)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     twin = ax.twinx()
     twin.plot(samples, [e["eval/success"] for e in evals], "s--", color="tab:orange", label="success rate")
     twin.set_ylabel("success rate", color="tab:orange")
@@ -282,8 +290,10 @@ def learning_curve_figure(evals: Sequence[Mapping[str, float]], title: str, *, s
 
 
 def plot_learning_curve(workdir: Path, evals: Sequence[Mapping[str, float]], title: str, *, sft: bool = False,
-                        optimum: float | None = None, optimum_label: str = "optimal expert (mean over secrets)") -> Path:
+                        optimum: float | None = None, optimum_label: str = "optimal expert (mean over secrets)",
+                        offline: bool | None = None) -> Path:
     """``learning_curve.png`` in ``workdir``: :func:`learning_curve_figure` saved."""
     path = Path(workdir) / CURVE
-    learning_curve_figure(evals, title, sft=sft, optimum=optimum, optimum_label=optimum_label).savefig(path)
+    learning_curve_figure(evals, title, sft=sft, optimum=optimum, optimum_label=optimum_label,
+                          offline=offline).savefig(path)
     return path

@@ -141,6 +141,27 @@ def test_learning_curve_without_sft_or_optimum_marks_only_the_start():
     assert _legend(resumed) == ["eval return", "success rate"]
 
 
+OFFLINE = [{"iteration": 0, "env_samples": 0, "eval/return": -12.0, "eval/success": 0.0},
+           {"iteration": 1, "env_samples": 0, "eval/return": -11.5, "eval/success": 0.0}]
+
+
+@pytest.mark.parametrize("evals, offline, label", [
+    (OFFLINE, True, "iteration"),        # a short offline run: no quarter-iteration ticks
+    (OFFLINE[:1], True, "iteration"),    # an offline run stopped after its first evaluation
+    (OFFLINE[:1], False, "env samples"),  # an online one: no axis from -0.04 to 0.04 env samples
+    (EVALS, None, "env samples"),
+])
+def test_learning_curve_x_axis_has_whole_ticks_from_zero(evals, offline, label):
+    fig = report.learning_curve_figure(evals, "t", offline=offline)
+    ax = fig.axes[0]
+    assert ax.get_xlabel().startswith(label)
+    left, right = ax.get_xlim()
+    assert -0.05 * right <= left <= 0 and right >= max(1, max(e["iteration" if label == "iteration" else "env_samples"]
+                                                              for e in evals))
+    ticks = [t for t in ax.get_xticks() if left <= t <= right]
+    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
+
+
 def test_plot_learning_curve_writes_a_png_and_keeps_its_old_call(tmp_path):
     path = report.plot_learning_curve(tmp_path, EVALS, "t")  # train.py's call, unchanged
     assert path == tmp_path / report.CURVE and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
