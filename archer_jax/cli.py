@@ -26,7 +26,11 @@ from archer_jax.models.hub import ModelLoadError
 from archer_jax.train import train_and_evaluate
 from archer_jax.xla_flags import quiet_tpu_probe, set_default_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).", lock_config=True)
+# New attributes: the free-form groups (config.FREE_FORM) take keys a config file does not name
+# (--config.env.options.oracle=t5:DIR); every other new key is refused before parsing
+# (_unknown_config_key) and by validation. The config is locked after parsing.
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).", lock_config=False,
+                                          accept_new_attributes=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, summary.json and the plot.")
 _COORDINATOR = flags.DEFINE_string("coordinator", None, "Several processes: the coordinator's host:port "
                                    "(env ARCHER_JAX_COORDINATOR; TPU pod slices need none of these three).")
@@ -110,7 +114,9 @@ def _unknown_config_key(argv: list[str]) -> str | None:
 
 def parse_flags(argv: list[str]) -> list[str]:
     """absl flag parsing with one-line errors: a bad value, an unknown or renamed ``--config.x``
-    key (with the closest known key); ``--help`` prints :func:`help_text` and exits 0."""
+    key (with the closest known key), an argument that is no flag (with the usage line, exit
+    code 2); ``--help`` prints :func:`help_text` and exits 0. A free-form group takes new keys
+    (``--config.env.options.oracle=t5:DIR``) or a whole dict (``--config.env.options='{"oracle": "t5:DIR"}'``)."""
     if any(arg in HELP_FLAGS for arg in argv[1:]):
         sys.stdout.write(help_text())
         sys.exit(0)
@@ -118,7 +124,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     if error:
         sys.exit(error)
     try:
-        return flags.FLAGS(argv)
+        rest = flags.FLAGS(argv)
     except flags.Error as e:  # a bad value; a config file's own error comes with its traceback: keep its last line
         head = str(e).splitlines()[0].split(": Error whilst parsing")[0]
         last = _last_line(e)
@@ -129,6 +135,15 @@ def parse_flags(argv: list[str]) -> list[str]:
         given = next((a.split("=")[0] for a in argv[1:] if (_config_key(a) or "").rsplit(".", 1)[-1] == name),
                      f"--config.{name}")
         sys.exit(f"error: {given}: unknown config key (not in this config file)")
+    try:
+        _CONFIG.value.lock()  # the run adds no keys to its config
+    except OSError:  # a config file that failed to load: main reports it
+        pass
+    if len(rest) > 1:
+        sys.stderr.write(USAGE + "\n")
+        sys.stderr.write(f"error: unexpected argument(s): {' '.join(rest[1:])}\n")
+        sys.exit(2)
+    return rest
 
 
 def run() -> None:

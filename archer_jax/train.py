@@ -46,6 +46,7 @@ from archer_jax.errors import RunInterrupted, TrainingError
 from archer_jax.interrupts import Interrupted, Interrupts
 from archer_jax.learners.train_state import States
 from archer_jax.loop_state import LoopState
+from archer_jax.workdir_lock import WorkdirLock
 
 log = logging.getLogger("archer_jax")
 
@@ -62,6 +63,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, *
     _use_compilation_cache(config.compilation_cache)
     workdir = Path(workdir).expanduser()
     workdir.mkdir(parents=True, exist_ok=True)
+    with WorkdirLock(workdir):  # one run per workdir; a second one is refused in one line
+        return _train(config, workdir, allow_config_changes)
+
+
+def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_changes: bool) -> dict[str, Any]:
     c, started = config, time.time()
     checkpoints = Checkpoints(workdir / "checkpoints", keep=c.keep_checkpoints)
     changes = _config_changes(config, workdir, checkpoints, allow_config_changes)

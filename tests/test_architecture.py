@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 
 LAYERS = [
-    ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts"),
+    ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts", "workdir_lock"),
     ("models",),
     ("envs", "learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
      "tensorboard_writer", "memory_plan", "history", "prompts", "data"),

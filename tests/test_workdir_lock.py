@@ -1,0 +1,119 @@
+"""One run per workdir (archer_jax/workdir_lock.py): a second run on a locked workdir is refused in
+one line, a lock left by a process that is gone is taken over with a warning, and the lock goes
+with the run (tests/train/test_train_app.py checks that a finished run leaves none)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from archer_jax import workdir_lock
+from archer_jax.errors import TrainingError
+from archer_jax.workdir_lock import LOCK, WorkdirInUse, WorkdirLock
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_lock(workdir: Path, **holder) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / LOCK).write_text(json.dumps(holder))
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    done = subprocess.Popen(["true"])
+    done.wait()
+    return done.pid
+
+
+def test_a_second_run_on_a_locked_workdir_is_refused_in_one_line(tmp_path):
+    with WorkdirLock(tmp_path) as first:
+        holder = json.loads((tmp_path / LOCK).read_text())
+        assert holder["host"] == socket.gethostname() and holder["pid"] == os.getpid()
+        with pytest.raises(WorkdirInUse) as refused:
+            WorkdirLock(tmp_path).acquire()
+        message = str(refused.value)
+        assert "\n" not in message
+        assert message.startswith(f"--workdir {tmp_path} is in use by the run started at "
+                                  f"{time.strftime('%Y-%m-%d', time.localtime(holder['started']))}")
+        assert f"on host {socket.gethostname()}, pid {os.getpid()}; stop that run first" in message
+        assert json.loads((tmp_path / LOCK).read_text())["token"] == first.token  # the refusal changed nothing
+    assert not (tmp_path / LOCK).exists()
+
+
+def test_the_train_command_refuses_a_workdir_held_by_a_live_process(tmp_path):
+    """The lock of a live process (this test's) on this host: the command's last and only error line."""
+    start = workdir_lock._process_start(os.getpid())
+    write_lock(tmp_path, host=socket.gethostname(), pid=os.getpid(), process_start=start, started=1.0e9,
+               refreshed=time.time(), token="other")
+    done = subprocess.run([sys.executable, "-m", "archer_jax.train", f"--config={ROOT / 'configs' / '20q.py'}:micro",
+                           f"--workdir={tmp_path}"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1"})
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:") or "Traceback" in line]
+    assert done.returncode != 0 and len(errors) == 1, done.stderr[-3000:]
+    assert errors[0].startswith(f"error: --workdir {tmp_path} is in use by the run started at "), errors
+    assert f"on host {socket.gethostname()}, pid {os.getpid()};" in errors[0]
+    assert json.loads((tmp_path / LOCK).read_text())["token"] == "other"
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_lock_of_a_dead_process_on_this_host_is_taken_over_with_a_warning(tmp_path, caplog):
+    pid = dead_pid()
+    write_lock(tmp_path, host=socket.gethostname(), pid=pid, process_start="1", started=1.0e9, refreshed=time.time())
+    with caplog.at_level(logging.WARNING, logger="archer_jax"), WorkdirLock(tmp_path):
+        assert json.loads((tmp_path / LOCK).read_text())["pid"] == os.getpid()
+    assert f"pid {pid}, which is no longer running: taking it over" in caplog.text
+    assert not (tmp_path / LOCK).exists()
+
+
+def test_a_reused_pid_does_not_keep_the_lock(tmp_path, caplog):
+    """A live pid whose process started at another time is not the run that wrote the lock."""
+    if workdir_lock._process_start(os.getpid()) is None:
+        pytest.skip("no /proc: process start times are unknown here")
+    write_lock(tmp_path, host=socket.gethostname(), pid=os.getpid(), process_start="-1", started=1.0e9,
+               refreshed=time.time())
+    with caplog.at_level(logging.WARNING, logger="archer_jax"), WorkdirLock(tmp_path):
+        pass
+    assert "no longer running: taking it over" in caplog.text
+
+
+def test_another_hosts_lock_holds_while_it_is_refreshed_and_is_taken_over_when_stale(tmp_path, caplog):
+    write_lock(tmp_path, host="another-host", pid=1234, started=1.0e9, refreshed=time.time() - 10)
+    with pytest.raises(WorkdirInUse, match=r"on host another-host, pid 1234 \(its lock .* counts as stale 300 s"):
+        WorkdirLock(tmp_path).acquire()
+    write_lock(tmp_path, host="another-host", pid=1234, started=1.0e9, refreshed=time.time() - 301)
+    with caplog.at_level(logging.WARNING, logger="archer_jax"), WorkdirLock(tmp_path):
+        pass
+    assert "on host another-host, pid 1234, which is no longer running: taking it over" in caplog.text
+
+
+def test_an_unreadable_lock_is_taken_over(tmp_path, caplog):
+    (tmp_path / LOCK).write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="archer_jax"), WorkdirLock(tmp_path):
+        pass
+    assert "names nothing readable, which is no longer running" in caplog.text
+
+
+def test_the_lock_is_refreshed_and_released_when_the_run_fails(tmp_path):
+    with pytest.raises(RuntimeError, match="boom"), WorkdirLock(tmp_path, refresh_s=0.05):
+        first = json.loads((tmp_path / LOCK).read_text())["refreshed"]
+        deadline = time.time() + 30
+        while json.loads((tmp_path / LOCK).read_text())["refreshed"] == first and time.time() < deadline:
+            time.sleep(0.05)
+        assert json.loads((tmp_path / LOCK).read_text())["refreshed"] > first
+        raise RuntimeError("boom")
+    assert not (tmp_path / LOCK).exists() and not list(tmp_path.glob(f"{LOCK}.*"))
+
+
+def test_a_workdir_that_cannot_hold_a_lock_is_one_line(tmp_path):
+    missing = tmp_path / "not" / "made"
+    with pytest.raises(TrainingError, match=rf"^--workdir {missing}: cannot write its lock file {missing / LOCK}: "):
+        WorkdirLock(missing).acquire()
