@@ -99,6 +99,7 @@ def test_micro_run_trains_checkpoints_and_reports(tmp_path):
     assert history[1]["env_samples"] == summary["env_samples"]
     assert all(math.isfinite(h["critic/loss"]) for h in history)
     assert Checkpoints(tmp_path / "checkpoints").latest() == 2
+    assert not (tmp_path / "run.lock").exists(), "the run left its workdir locked"
 
     # The checkpoint holds what the run trained: the actor moved away from the SFT result and the
     # critic's target moved toward the critic (Polyak), and the replay buffer holds every sample.
