@@ -125,14 +125,13 @@ def test_reading_needs_no_tensorflow(built_20q):
     assert out.stdout.split() == ["22", "True", "False"]
 
 
-def test_second_prepare_reuses_the_built_data(built_20q, tmp_path):
+def test_second_prepare_reuses_the_built_data(built_20q):
     _, root = built_20q
     folder = root / "data" / "twenty_questions" / "1.0.0"
     before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    builder = sources.prepare("20q_subset", empty, root / "data")  # would fail if it built again
+    builder = sources.prepare("20q_subset", root / "manual", root / "data")  # the same files: not built again
     assert builder.is_prepared() and {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before
+    assert sources.built_from("20q", root / "data") == sources.fingerprint(root / "manual")
 
 
 def test_prepare_errors(tmp_path):
