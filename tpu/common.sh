@@ -72,6 +72,11 @@ run() {
   fi
 }
 
+# On a worker: the trainer tpu/launch.sh started there (~/archer_jax_train.pid), in $pid; the
+# test fails when that process is no longer a trainer (it ended, or its pid was reused).
+# shellcheck disable=SC2016,SC2034  # expanded on the workers; used by launch.sh and stop.sh
+TRAINER_RUNNING='pid=$(cat ~/archer_jax_train.pid 2>/dev/null) && grep -qs archer_jax.train "/proc/$pid/cmdline"'
+
 # `gcloud compute tpus tpu-vm ssh` on WORKER (all, or an index) with a remote COMMAND.
 ssh_workers() {
   local worker="$1" command="$2" location

@@ -11,7 +11,8 @@ usage() {
 usage: tpu/create.sh [--name NAME] [--zone ZONE] [--project P] --type TYPE [--version V] [--spot] [--dry-run]
   --type     accelerator type: v5litepod-8 (v5e, one host), v4-8, v4-32 (four hosts), v5p-16, ...
   --version  TPU software version (default: v2-alpha-tpuv5-lite for v5e, tpu-ubuntu2204-base otherwise)
-  --spot     a Spot VM (cheaper; may be preempted: the train command resumes from its last checkpoint)
+  --spot     a Spot VM (cheaper; may be preempted, and its disk goes with it: keep the workdir on a bucket,
+             setup.sh --bucket, and the train command resumes from its last checkpoint there)
 USAGE
 }
 
