@@ -3,7 +3,10 @@ what --dry-run printed (the remote commands' quoting included); bad arguments ar
 
 from __future__ import annotations
 
+import configparser
+import importlib.metadata
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -201,3 +204,21 @@ def test_find_python_picks_a_311_or_newer_and_otherwise_says_how_in_one_line(tmp
     (line,) = missing.stderr.strip().splitlines()
     assert line.startswith("error: ") and "archer_jax needs Python 3.11 or newer" in line
     assert "sudo apt-get install python3.11 python3.11-venv" in line
+
+
+def _floor(specifier: str) -> tuple[int, int]:
+    """(major, minor) of a ``>=X.Y`` Python requirement."""
+    match = re.fullmatch(r"\s*>=\s*(\d+)\.(\d+)(?:\.0)?\s*", specifier)
+    assert match, f"not a '>=X.Y' requirement: {specifier!r}"
+    return int(match[1]), int(match[2])
+
+
+def test_python_requires_matches_what_flax_installs_on_and_find_python_looks_for_it():
+    """setup.cfg's python_requires is flax's Requires-Python (an older Python cannot install it),
+    and tpu/find_python.sh accepts exactly that version and newer."""
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    ours = _floor(parser["options"]["python_requires"])
+    flax = importlib.metadata.metadata("flax")["Requires-Python"]
+    assert ours == _floor(flax), f"setup.cfg says >={ours}, the installed flax needs {flax}"
+    assert f"sys.version_info < {ours}" in (TPU / "find_python.sh").read_text()
