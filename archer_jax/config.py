@@ -48,6 +48,9 @@ from archer_jax.models.tiny import CAUSAL_KINDS, TINY_PREFIX
 from archer_jax.precision import DTYPES, MATMUL_PRECISIONS
 
 FREE_FORM = ("env.options",)  # keyword arguments for the env: checked by the env's registry entry
+# Every integer key (counts, sizes, seeds) is below this: 32-bit indices and seeds, and no run of
+# 2**31 iterations, transitions or tokens is meant.
+MAX_INT = 2**31
 
 # Keys of archer_jax 0.1 (a flat config) and where they are now.
 RENAMED = {
@@ -245,7 +248,8 @@ KEY_DOCS: dict[str, str] = {
     "model.lora.dropout": "LoRA dropout on the adapters' input in training steps (PEFT's lora_dropout)",
     "model.lora.targets": "comma-separated projections (PEFT names: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)",
     "env.name": "the env: a name in archer_jax.envs.registry, or package.module:factory",
-    "env.options": "extra keyword arguments for the env (e.g. env.options.game_path for detective)",
+    "env.options": "extra keyword arguments for the env: --config.env.options.oracle=t5:DIR, or a dict "
+                   "--config.env.options='{\"oracle\": \"t5:DIR\"}' (detective: game_path)",
     "env.max_turns": "turn limit per dialogue (a cut there is a truncation, not an end)",
     "env.workers": "env worker processes (0 = in this process)",
     "env.timeout_s": "seconds of silence after which an env worker is restarted",
@@ -553,6 +557,14 @@ def _check_ppo(c: ml_collections.ConfigDict, given: dict) -> None:
                           f"one game, so it needs at least 2 per game (got {k}); e.g. --config.rollout_group_size=4")
 
 
+def _check_int_bounds(given: dict) -> None:
+    """Every integer key is below :data:`MAX_INT` (``iterations=10**21`` is no run)."""
+    defaults = flat_defaults()
+    for key, value in given.items():
+        if isinstance(defaults[key], int) and not isinstance(defaults[key], bool) and value >= MAX_INT:
+            raise ConfigError(f"config.{key}: must be < 2**31 ({MAX_INT}), got {value}")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises :class:`ConfigError` (one line, naming the key) unless ``config`` can be trained."""
     given = _check_keys(config)
@@ -584,7 +596,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
              "model.max_prompt_length", "model.max_critic_length", "env.max_turns", "env.timeout_s",
              "learner.critic_lr", "learner.actor_lr", "sft.lr", "sft.batch_size", "sft.dialogues")
     positive("critic_steps", "actor_steps", "bc_steps", "warmup_iter", "eval_freq", "save_freq", "sampling.top_k",
-             "env.workers", "sft.steps", zero=True)
+             "env.workers", "sft.steps", "seed", "sft.seed", "offline.generate_seed", zero=True)
+    _check_int_bounds(given)
     _check_micro_batch_size(c)
     if not 0 <= given["learner.gamma"] <= 1:
         raise ConfigError(f"config.learner.gamma: must be in [0, 1], got {given['learner.gamma']}")
@@ -603,6 +616,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_model("model.policy", c.model.policy, CAUSAL_KINDS)
     if agents.get(c.agent).uses_critic(c):
         _check_model("model.critic", c.model.critic, ("roberta",))
+    if not c.sft.steps and c.sft.data not in ("experts", "walkthrough"):
+        raise ConfigError(f"config.sft.data: {c.sft.data} is given but config.sft.steps is 0, so no warm start reads it; "
+                          "set --config.sft.steps (> 0) or leave sft.data out")
     if c.sft.steps:
         data = c.sft.data
         if data not in ("experts", "walkthrough") and not Path(data).expanduser().is_file():

@@ -3,14 +3,17 @@
     preflight.check(config, workdir)   # raises ConfigError: one line naming the key or path
 
 :func:`~archer_jax.config.validate` checks the config's keys and values on their own; this adds
-what needs the world around it: the workdir and the compilation cache can be written, the mesh
+what needs the world around it: the workdir (not under /proc or /sys) and the compilation cache
+(no URL) can be written, wandb is installed when asked for, the replay buffer fits the memory, the mesh
 fits the devices, the policy's ``config.json`` (read, not loaded) leaves room for a prompt next to
-``sampling.max_new_tokens`` and describes the right architecture, and a ``.jsonl`` of SFT
+``sampling.max_new_tokens`` and describes the right architecture (a hub name that must be
+downloaded: one probe of the hub first, no retries), and a ``.jsonl`` of SFT
 demonstrations parses. A run that passes fails later only for reasons that appear while it runs.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -27,6 +30,12 @@ from archer_jax.models.pretrained import ARCHITECTURES, CAUSAL_LM_TYPES
 from archer_jax.models.tiny import tiny_config, tiny_kind
 
 SFT_SOURCES = ("experts", "walkthrough")
+KERNEL_FILE_SYSTEMS = (Path("/proc"), Path("/sys"))
+# The least a replay transition takes before its texts and tokens are stored: its slot in each
+# column (archer_jax/replay.py, input_pipeline.py): 8-byte references for 3 texts and at least 2
+# token rows, 3 float32 numbers and an int64 episode number.
+REPLAY_SLOT_BYTES = 5 * 8 + 3 * 4 + 8
+TINY_HINT = "or run a config's :tiny preset, which needs no download (e.g. --config=configs/20q.py:tiny)"
 
 
 def check(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None:
@@ -35,6 +44,8 @@ def check(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None
     validate(config)
     check_workdir(workdir)
     check_compilation_cache(config.compilation_cache)
+    check_wandb(config)
+    check_replay_capacity(config.capacity)
     check_offline_data(config)
     check_sft_data(config)
     check_models(config)
@@ -67,6 +78,10 @@ def check_workdir(workdir: str | os.PathLike) -> None:
         raise ConfigError(f"--workdir: {workdir} is a URL; the workdir is a directory of the file system "
                           "(for a bucket, mount it with gcsfuse and give the mount path: docs/multihost.md)")
     path = Path(workdir).expanduser()
+    virtual = next((root for root in KERNEL_FILE_SYSTEMS if path.absolute().is_relative_to(root)), None)
+    if virtual is not None:
+        raise ConfigError(f"--workdir: {workdir} is under {virtual}, the kernel's virtual file system, "
+                          "not a directory on disk")
     _check_writable_directory(path, "--workdir")
     checkpoints = path / "checkpoints"
     if checkpoints.exists() and not checkpoints.is_dir():
@@ -76,8 +91,31 @@ def check_workdir(workdir: str | os.PathLike) -> None:
 def check_compilation_cache(directory: str) -> None:
     """``config.compilation_cache`` can be written, when it is the cache the run will use (a
     cache already set, e.g. by JAX_COMPILATION_CACHE_DIR, wins and is JAX's to check)."""
+    if "://" in directory:
+        raise ConfigError(f"config.compilation_cache: {directory} is a URL; give a local directory "
+                          "(for a bucket, mount it with gcsfuse and give the mount path)")
     if directory and not jax.config.jax_compilation_cache_dir:
         _check_writable_directory(Path(directory).expanduser(), "config.compilation_cache")
+
+
+def check_wandb(config: ml_collections.ConfigDict) -> None:
+    """With ``use_wandb``: the wandb package is installed."""
+    if config.use_wandb and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("config.use_wandb: wandb is not installed (pip install wandb), or set --config.use_wandb=false")
+
+
+def total_memory_bytes() -> int:
+    """This machine's physical memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_replay_capacity(capacity: int) -> None:
+    """The replay buffer's slots (allocated when the first transitions arrive) fit in this
+    machine's memory, before any text or token is stored in them."""
+    need, have = capacity * REPLAY_SLOT_BYTES, total_memory_bytes()
+    if need > have:
+        raise ConfigError(f"config.capacity: {capacity} transitions need at least {need / 1e9:.3g} GB for the replay "
+                          f"buffer's slots alone, and this machine has {have / 1e9:.3g} GB (the official setting is 100000)")
 
 
 def check_offline_data(config: ml_collections.ConfigDict) -> None:
@@ -132,6 +170,7 @@ def check_models(config: ml_collections.ConfigDict) -> None:
     roles = [("model.policy", config.model.policy, CAUSAL_LM_TYPES)]
     if agents.get(config.agent).uses_critic(config):
         roles.append(("model.critic", config.model.critic, ("roberta",)))
+    _check_hub_reachable(roles)
     for key, name, kinds in roles:
         expected = repr(kinds[0]) if len(kinds) == 1 else f"a causal LM ({', '.join(map(repr, kinds))})"
         try:
@@ -156,6 +195,23 @@ def check_models(config: ml_collections.ConfigDict) -> None:
                     f"config.sampling.max_new_tokens: {new_tokens} leaves no room for a prompt in the "
                     f"{positions} positions of {key} {name} (must be < {positions})"
                 )
+
+
+def _check_hub_reachable(roles: list[tuple[str, str, tuple[str, ...]]]) -> None:
+    """Online, a hub name that is not cached is downloaded: one probe of the hub (no retries)
+    first, so that a machine without network gets one line at once, naming the key."""
+    needed = [(key, name) for key, name, _ in roles
+              if tiny_kind(name) is None and hub.is_hub_name(name) and not hub.is_cached(name)]
+    if not needed or hub.is_offline():  # offline, validate already checked the cache
+        return
+    key, name = needed[0]
+    from huggingface_hub import constants
+
+    why = hub.probe(name)
+    if why is not None:
+        raise ConfigError(f"config.{key}: cannot load {name!r}: it is not in the local Hugging Face cache and the hub at "
+                          f"{constants.ENDPOINT} is unreachable ({why}); download it once where the hub is reachable, "
+                          f"pass a local directory in Hugging Face format, {TINY_HINT}")
 
 
 def check_mesh(mesh: ml_collections.ConfigDict, num_devices: int) -> None:

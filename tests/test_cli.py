@@ -300,3 +300,166 @@ def test_cli_bad_input_is_one_line_and_exit_1(flags, message, tmp_path):
     assert run.stderr.strip().splitlines()[-1].startswith(message), run.stderr[-2000:]
     assert "Traceback" not in run.stderr and xla_flags.TPU_PROBE_MESSAGE not in run.stderr, run.stderr[-2000:]
     assert not (tmp_path / "run").exists()
+
+
+# ---- flags a user gives as documented; values no run can hold ----------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def parsed(monkeypatch):
+    """``parse(argv)``: the config after the command line's flag parsing, in this process (the
+    overrides' flags ml_collections defines are removed afterwards)."""
+    from absl import flags
+
+    def parse(argv: list[str]):
+        monkeypatch.setattr(sys, "argv", argv)  # ml_collections reads the overrides from sys.argv
+        cli.parse_flags(argv)
+        return cli._CONFIG.value
+
+    yield parse
+    for name in [name for name in flags.FLAGS if name.startswith("config.")]:
+        delattr(flags.FLAGS, name)
+    flags.FLAGS.unparse_flags()
+
+
+def readme_oracle_flag() -> str:
+    """The oracle flag exactly as the README writes it."""
+    (flag,) = set(re.findall(r"--config\.env\.options\.oracle=t5:[^`\s]+", (ROOT / "README.md").read_text()))
+    return flag
+
+
+@pytest.mark.parametrize("file", ["20q.py", "city.py"])
+def test_the_readmes_oracle_flag_sets_the_option(file, parsed, tmp_path):
+    flag = readme_oracle_flag()
+    c = parsed(["train", f"--config={ROOT / 'configs' / file}", f"--workdir={tmp_path}", flag])
+    assert c.env.options.to_dict() == {"oracle": flag.split("=", 1)[1]}
+    assert c.is_locked  # the parsed config takes no new keys, as before
+    # With a directory that exists, the option passes validation (the oracle is loaded when the envs start).
+    oracle = tmp_path / "oracle"
+    oracle.mkdir()
+    micro_config = micro()
+    micro_config.env.options = c.env.options
+    micro_config.env.options.oracle = f"t5:{oracle}"
+    config_lib.validate(micro_config)
+
+
+def test_the_readmes_oracle_command_starts(tmp_path):
+    """The README's command, on the micro preset, gets past the flags to the check of the oracle's
+    directory (which the test does not make): one line, exit 1, nothing written."""
+    run = subprocess.run([sys.executable, "-m", "archer_jax.train", f"--config={CONFIG}:micro", f"--workdir={tmp_path / 'run'}",
+                          readme_oracle_flag()], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    directory = readme_oracle_flag().split("t5:", 1)[1]
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert run.stderr.strip().splitlines() == [f"error: config.env.options.oracle: {directory} does not exist, nor is "
+                                               "it a hub model in the local Hugging Face cache (HF_HUB_OFFLINE is set)"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_free_form_options_as_a_dict_and_misspelt_ones(parsed, tmp_path):
+    c = parsed(["train", f"--config={CONFIG}:micro", f"--workdir={tmp_path}",
+                '--config.env.options={"oracle": "t5:oracles/x"}'])
+    assert c.env.options.to_dict() == {"oracle": "t5:oracles/x"}
+    c = parsed(["train", f"--config={CONFIG}:micro", f"--workdir={tmp_path}", "--config.env.options.orcale=t5:x"])
+    assert one_line_error(config_lib.validate, c) == (
+        "config.env.options.orcale: not an option of env 'twenty_questions_subset' (options: oracle)")
+
+
+def test_an_extra_positional_argument_is_one_error_line_and_the_usage(capsys, parsed, tmp_path):
+    with pytest.raises(SystemExit) as info:
+        parsed(["train", f"--config={CONFIG}:micro", f"--workdir={tmp_path}", "extra", "more"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [cli.USAGE, "error: unexpected argument(s): extra more"]
+
+
+@pytest.mark.parametrize("key", ["iterations", "capacity", "rollout_size", "critic_steps", "sft.steps", "sampling.max_new_tokens",
+                                 "env.max_turns", "ppo.epochs", "offline.generate_episodes", "seed"])
+def test_counts_are_bounded(key):
+    c = micro()
+    group, _, name = key.rpartition(".")
+    (c[group] if group else c)[name] = 10**21
+    assert one_line_error(config_lib.validate, c) == f"config.{key}: must be < 2**31 (2147483648), got {10**21}"
+
+
+def test_a_negative_seed_is_refused():
+    assert one_line_error(config_lib.validate, micro(seed=-1)) == "config.seed: must be >= 0, got -1"
+
+
+def test_iterations_from_the_command_line_are_bounded(parsed, tmp_path):
+    c = parsed(["train", f"--config={CONFIG}:micro", f"--workdir={tmp_path}", f"--config.iterations={10**21}"])
+    assert one_line_error(preflight.check, c, tmp_path / "run").startswith("config.iterations: must be < 2**31")
+
+
+def test_use_wandb_without_wandb_is_refused_first(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not importable, whether installed here or not
+    assert one_line_error(preflight.check, micro(use_wandb=True), tmp_path / "run") == (
+        "config.use_wandb: wandb is not installed (pip install wandb), or set --config.use_wandb=false")
+
+
+def test_a_replay_capacity_larger_than_the_memory_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setattr(preflight, "total_memory_bytes", lambda: 2**30)
+    message = one_line_error(preflight.check, micro(capacity=100_000_000), tmp_path / "run")
+    assert_match(message, r"config.capacity: 100000000 transitions need at least [\d.]+ GB .* this machine has 1.07 GB")
+    preflight.check(micro(capacity=1_000_000), tmp_path / "run")
+
+
+def test_a_workdir_under_proc_or_sys_is_refused():
+    assert_match(one_line_error(preflight.check_workdir, "/proc/archer_run"),
+                 r"--workdir: /proc/archer_run is under /proc, .*not a directory on disk")
+    assert_match(one_line_error(preflight.check_workdir, "/sys/x/run"), r"--workdir: /sys/x/run is under /sys")
+
+
+def test_a_compilation_cache_url_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    c = micro(compilation_cache="gs://bucket/xla")
+    assert_match(one_line_error(preflight.check, c, tmp_path / "run"),
+                 r"config.compilation_cache: gs://bucket/xla is a URL; .*local directory")
+    assert not (tmp_path / "gs:").exists()
+
+
+def test_sft_data_without_sft_steps_is_refused(tmp_path):
+    path = jsonl(tmp_path, '{"observation": "a", "action": "b"}\n')
+    assert one_line_error(preflight.check, micro(sft__data=path, sft__steps=0), tmp_path / "run") == (
+        f"config.sft.data: {path} is given but config.sft.steps is 0, so no warm start reads it; "
+        "set --config.sft.steps (> 0) or leave sft.data out")
+
+
+@pytest.fixture
+def unreachable_hub(monkeypatch, tmp_path):
+    """The hub's endpoint is a local port that closes every connection (counted), the cache is
+    empty, and HF_HUB_OFFLINE is unset: a machine without network, as a user's."""
+    import socket
+    import threading
+
+    import huggingface_hub.constants
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    attempts = []
+
+    def serve():
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            attempts.append(1)
+            connection.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    yield attempts
+    server.close()
+
+
+def test_an_unreachable_hub_is_one_line_after_one_probe(unreachable_hub, tmp_path):
+    c = config_lib.file_config(CONFIG)  # the paper's setting: gpt2 and roberta-base from the hub
+    message = one_line_error(preflight.check, c, tmp_path / "run")
+    assert_match(message, r"config.model.policy: cannot load 'gpt2': .*the hub at http://127.0.0.1:\d+ is unreachable")
+    assert "configs/20q.py:tiny" in message
+    assert len(unreachable_hub) == 1  # one probe for both models, no retries

@@ -113,8 +113,8 @@ def generate(
     env: str, episodes: int, policy_mix: str | Mapping[str, float], seed: int = 0, max_turns: int = MAX_TURNS
 ) -> list[dict[str, Any]]:
     """``episodes`` games of the experts of ``policy_mix`` in ``env``, in the env's file format."""
-    if episodes < 0:
-        raise ValueError(f"--episodes: {episodes} is negative")
+    if episodes < 1:
+        raise ValueError(f"--episodes: must be >= 1 (a dataset of no dialogues trains nothing), got {episodes}")
     if max_turns < 1:
         raise ValueError(f"--max_turns: {max_turns} is not positive")
     weights = parse_policy_mix(policy_mix)

@@ -80,8 +80,12 @@ def _check_oracle(config) -> None:
         raise ConfigError(f"config.env.options.oracle: {e}") from None
     if kind == model_oracle.EMBEDDED:
         return
-    if hub.looks_like_path(path) and not Path(path).expanduser().exists():
-        raise ConfigError(f"config.env.options.oracle: {path} does not exist")
+    if not Path(path).expanduser().exists():
+        if hub.looks_like_path(path):
+            raise ConfigError(f"config.env.options.oracle: {path} does not exist")
+        if hub.is_offline() and not hub.is_cached(path):  # "oracles/20q_t5" reads as a hub name too
+            raise ConfigError(f"config.env.options.oracle: {path} does not exist, nor is it a hub model in the local "
+                              "Hugging Face cache (HF_HUB_OFFLINE is set)")
     if config.env.workers:
         raise ConfigError(f"config.env.workers: a model oracle ({spec}) answers every env's question in one batch "
                           f"in this process; set env.workers=0 (got {config.env.workers})")

@@ -103,6 +103,40 @@ def _download(repo_id: str) -> Path:
     return local
 
 
+def is_hub_name(name: str) -> bool:
+    """Whether ``name`` would be looked up on the hub: not on disk and not meant as a path."""
+    return not Path(name).expanduser().exists() and not looks_like_path(name)
+
+
+def is_cached(repo_id: str) -> bool:
+    """Whether the local Hugging Face cache holds ``repo_id``'s ``config.json``."""
+    import huggingface_hub
+
+    try:
+        return isinstance(huggingface_hub.try_to_load_from_cache(repo_id, CONFIG), str)
+    except Exception:  # an invalid name: the loader says so
+        return False
+
+
+def probe(repo_id: str, timeout_s: float = 5.0) -> str | None:
+    """One request for ``repo_id`` to the hub's endpoint (``HF_ENDPOINT``), without retries: None
+    when the hub answers (whatever the answer: the loader reads it), else why it did not."""
+    import urllib.error
+    import urllib.request
+
+    from huggingface_hub import constants
+
+    request = urllib.request.Request(f"{constants.ENDPOINT.rstrip('/')}/api/models/{repo_id}", method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s):
+            return None
+    except urllib.error.HTTPError:  # an answer: 401, 404, ... (the loader reports what it means)
+        return None
+    except (OSError, ValueError) as e:  # no connection, a timeout, a closed connection, a bad endpoint
+        reason = getattr(e, "reason", None)
+        return type(reason if isinstance(reason, BaseException) else e).__name__
+
+
 def peek_config(name_or_path: str | os.PathLike) -> dict[str, Any] | None:
     """``config.json`` of a model directory or hub name, without reading or downloading weights.
 

@@ -114,3 +114,11 @@ def test_cli_writes_the_file(tmp_path):
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("12 20q_subset episodes; ") and "optimal: " in last and str(out) in last
     assert len(dialogues.read_lmrl_20q(out)) == 12
+
+
+@pytest.mark.parametrize("episodes", ["0", "-3"])
+def test_cli_no_episodes_is_one_line(episodes, tmp_path, capsys):
+    code = generate.main(["--env=20q", f"--episodes={episodes}", f"--out={tmp_path / 'x.json'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"error: --episodes: must be >= 1 (a dataset of no dialogues trains nothing), got {episodes}\n"
+    assert not (tmp_path / "x.json").exists()
