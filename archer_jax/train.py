@@ -42,6 +42,7 @@ from archer_jax.agents.agent import timed
 from archer_jax.agents.rollouts import collect, evaluate, store
 from archer_jax.checkpoint import Checkpoints
 from archer_jax.components import Components
+from archer_jax.config import MICRO
 from archer_jax.errors import RunInterrupted, TrainingError
 from archer_jax.interrupts import Interrupted, Interrupts
 from archer_jax.learners.train_state import States
@@ -318,11 +319,27 @@ def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: LoopState, resume
         return summary
     report.write_summary(workdir, summary)
     report.plot_learning_curve(workdir, evals, f"{c.agent} on {c.env.name}", sft=bool(loop.sft),
-                               optimum=report.optimal_return(c.env.name, c.env.max_turns))
-    log.info("eval return %.3f -> %.3f (success %.2f -> %.2f); wrote %s and %s", summary["eval_return_before"],
+                               optimum=report.optimal_return(c.env.name, c.env.max_turns),
+                               offline=agents.AGENTS[c.agent].offline)
+    log.info("eval return %.3f -> %.3f (success %.2f -> %.2f); wrote %s and %s%s", summary["eval_return_before"],
              summary["eval_return_after"], summary["eval_success_before"], summary["eval_success_after"],
-             workdir / report.SUMMARY, workdir / report.CURVE)
+             workdir / report.SUMMARY, workdir / report.CURVE, _SMOKE_TEST if _is_micro(c) else "")
     return summary
+
+
+_SMOKE_TEST = ("; this was the micro preset, a smoke test that runs every phase once and is too short to learn "
+               "(the tiny preset learns in minutes)")
+
+
+def _is_micro(c: ml_collections.ConfigDict) -> bool:
+    """Whether ``c`` has the micro preset's counts (:data:`archer_jax.config.MICRO`)."""
+    def value(key: str) -> Any:
+        node = c
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
+        return node
+
+    return all(value(key) == expected for key, expected in MICRO.items())
 
 
 if __name__ == "__main__":  # python -m archer_jax.train

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 import signal
@@ -82,9 +83,12 @@ def assert_same_tree(a, b) -> None:
 # ---- one run, start to finish -------------------------------------------------------------
 
 
-def test_micro_run_trains_checkpoints_and_reports(tmp_path):
+def test_micro_run_trains_checkpoints_and_reports(tmp_path, caplog):
     c = micro()
-    summary = train_and_evaluate(c, tmp_path)
+    with caplog.at_level(logging.INFO, logger="archer_jax"):
+        summary = train_and_evaluate(c, tmp_path)
+    # Its last line says a micro run is a smoke test (its return seldom moves in two iterations).
+    assert "micro preset, a smoke test" in caplog.records[-1].getMessage(), caplog.records[-1].getMessage()
     assert summary["iterations"] == 2 and summary["env_samples"] > 0
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     for key in ("config", "iterations", "env_samples", "eval_return_before", "eval_return_after", "wall_time_s"):
