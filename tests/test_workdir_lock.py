@@ -117,3 +117,36 @@ def test_a_workdir_that_cannot_hold_a_lock_is_one_line(tmp_path):
     missing = tmp_path / "not" / "made"
     with pytest.raises(TrainingError, match=rf"^--workdir {missing}: cannot write its lock file {missing / LOCK}: "):
         WorkdirLock(missing).acquire()
+
+
+HOST = """
+import sys
+import jax
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
+from archer_jax.workdir_lock import WorkdirInUse, WorkdirLock
+try:
+    with WorkdirLock(sys.argv[3]) as lock:
+        print("held" if lock.held else "shared", flush=True)
+except WorkdirInUse as e:
+    print("error:", e, flush=True)
+"""
+
+
+def test_the_processes_of_one_run_share_the_lock_and_all_refuse_a_held_workdir(tmp_path):
+    """Two processes (jax.distributed on localhost): the primary holds the lock, the other does not
+    refuse its own run; on a workdir another run holds, both stop with the same line."""
+    from tests.train.test_multihost import free_port
+
+    def both() -> list[str]:
+        port = free_port()
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
+        hosts = [subprocess.Popen([sys.executable, "-c", HOST, f"localhost:{port}", str(i), str(tmp_path)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env) for i in range(2)]
+        return [host.communicate(timeout=120)[0].strip().splitlines()[-1] for host in hosts]  # after gloo's lines
+
+    assert both() == ["held", "shared"]
+    assert not (tmp_path / LOCK).exists()
+    write_lock(tmp_path, host="another-host", pid=1234, started=1.0e9, refreshed=time.time())
+    first, second = both()
+    assert first == second and first.startswith(f"error: --workdir {tmp_path} is in use by the run started at ")
