@@ -76,8 +76,12 @@ def _write_hf(tensors: dict[str, np.ndarray], out: Path, base_dir: Path, model_t
     from archer_jax.models import load_pretrained
     from archer_jax.models.tokenizer import load_tokenizer
 
-    hub.write_model_dir(out, hub.read_config(base_dir), tensors)
-    load_tokenizer(base_dir).save_pretrained(out)
+    try:  # both before anything is written
+        config, tokenizer = hub.read_config(base_dir), load_tokenizer(base_dir)
+    except hub.ModelLoadError as e:
+        raise OfficialFileError(f"{path}: the config and tokenizer come from the base model: {e}") from None
+    hub.write_model_dir(out, config, tensors)
+    tokenizer.save_pretrained(out)
     try:
         load_pretrained(out, model_type=model_type)
     except hub.ModelLoadError as e:

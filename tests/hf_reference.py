@@ -151,30 +151,38 @@ def causal_logits(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 T5_KINDS = {
-    # flan-t5 / T5 v1.1: gated GELU, unscaled decoder output, its own LM head (written by hand below:
-    # transformers 5 ties every T5 head at construction), more decoder than encoder layers.
-    "flan": dict(feed_forward_proj="gated-gelu", num_layers=2, num_decoder_layers=3, untied=True),
+    # flan-t5 / T5 v1.1: gated GELU, unscaled decoder output (transformers 5 reads tie_word_embeddings=False
+    # as that, and still ties the head at construction: t5() gives it its own), more decoder than encoder layers.
+    "flan": dict(feed_forward_proj="gated-gelu", num_layers=2, num_decoder_layers=3, tie_word_embeddings=False),
     # T5 v1.0: ReLU feed-forward, LM head tied to the embedding, decoder output scaled by d_model ** -0.5.
-    "v1": dict(feed_forward_proj="relu", num_layers=2, num_decoder_layers=2, untied=False),
+    "v1": dict(feed_forward_proj="relu", num_layers=2, num_decoder_layers=2),
 }
+# How a T5 checkpoint's config.json reads: as transformers 5 writes it (``tie_word_embeddings: true``
+# always, the scaling in ``scale_decoder_outputs``, an own head kept in the weights) or as
+# transformers 4 wrote it (``tie_word_embeddings`` false for an own head and no scaling, true for
+# the embedding as the head and scaling; no ``scale_decoder_outputs``).
+T5_LAYOUTS = ("transformers5", "transformers4")
 
 
-def t5(kind: str, directory: Path, seed: int = 0, **overrides):
+def t5(kind: str, directory: Path, seed: int = 0, layout: str = "transformers5", own_head: bool | None = None,
+       **overrides):
     """A random tiny ``T5ForConditionalGeneration`` saved to ``directory`` and read back from it.
 
     Short bucket ranges (8 buckets, distance 12) make the logarithmic buckets matter at test
-    lengths. ``flan`` gets a separate random ``lm_head.weight`` in its safetensors file and
-    ``tie_word_embeddings: false``, the layout of the published flan-t5 checkpoints, which
-    transformers loads untied."""
+    lengths. ``own_head`` (default: ``flan`` has one) gives the model a separate random LM head
+    (transformers 5 ties every T5 head at construction); without one the head is the embedding
+    (a flan-t5 trained under transformers 5). Saved by transformers 5's ``save_pretrained``; with
+    ``layout="transformers4"`` the files are then rewritten as transformers 4 wrote them: its
+    config.json keys, and the head in the file exactly when it is untied."""
     import json
 
     from safetensors.torch import load_file, save_file
 
-    spec = dict(T5_KINDS[kind])
-    untied = spec.pop("untied")
+    if layout not in T5_LAYOUTS:
+        raise ValueError(layout)
     sizes = dict(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=48, num_heads=4, relative_attention_num_buckets=8,
                  relative_attention_max_distance=12, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
-    config = transformers.T5Config(**{**sizes, **spec, **overrides})
+    config = transformers.T5Config(**{**sizes, **T5_KINDS[kind], **overrides})
     torch.manual_seed(seed)
     model = transformers.T5ForConditionalGeneration(config)
     g = torch.Generator().manual_seed(seed)
@@ -182,13 +190,18 @@ def t5(kind: str, directory: Path, seed: int = 0, **overrides):
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=g)
             p.copy_(1.0 + 0.1 * noise if "layer_norm" in name else 0.3 * noise)
+        if kind == "flan" if own_head is None else own_head:
+            model.lm_head.weight = torch.nn.Parameter(0.3 * torch.randn(model.shared.weight.shape, generator=g))
     model.save_pretrained(directory)
-    if untied:
-        tensors = load_file(directory / "model.safetensors")
-        tensors["lm_head.weight"] = 0.3 * torch.randn(tensors["shared.weight"].shape, generator=g)
-        save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+    if layout == "transformers4":
         hf_config = json.loads((directory / "config.json").read_text())
-        hf_config["tie_word_embeddings"] = False
-        hf_config.pop("scale_decoder_outputs", None)
+        scaled = hf_config.pop("scale_decoder_outputs")
+        hf_config["tie_word_embeddings"] = scaled  # transformers 4 scaled exactly the tied heads
         (directory / "config.json").write_text(json.dumps(hf_config))
+        tensors = load_file(directory / "model.safetensors")
+        if scaled:
+            assert "lm_head.weight" not in tensors, "transformers 4 cannot scale an own head"
+        else:
+            tensors.setdefault("lm_head.weight", model.lm_head.weight.detach().clone())
+        save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
     return transformers.T5ForConditionalGeneration.from_pretrained(directory).eval()

@@ -4,6 +4,9 @@ directory whose logits and greedy answers equal the PyTorch model's; bad files a
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 
@@ -23,35 +26,57 @@ def base(tmp_path_factory):
     return build_tiny("t5", tmp_path_factory.mktemp("base") / "tiny_t5")
 
 
-@pytest.fixture(scope="module", params=tuple(ref.T5_KINDS))
+# The oracles: flan-t5 with its own head; a flan-t5 trained under transformers 5, whose head is
+# the embedding (unscaled); T5 v1.0 (the embedding as the head, scaled).
+ORACLES = {"flan": "flan", "flan_tied_head": "flan", "v1": "v1"}
+# Each one's --base config.json, as it says whether the decoder output is scaled: flan-t5-small's
+# as transformers 4 wrote it (the tiny base's: untied, no scaling), as transformers 5 writes it,
+# and t5-small's (tied, hence scaled).
+BASE_CONFIG = {"flan": {}, "flan_tied_head": {"tie_word_embeddings": True, "scale_decoder_outputs": False},
+               "v1": {"tie_word_embeddings": True, "feed_forward_proj": "relu"}}
+
+
+def based(base, directory, **changes):
+    """A copy of the tiny base with ``changes`` to its config.json."""
+    shutil.copytree(base, directory)
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, **changes}))
+    return directory
+
+
+@pytest.fixture(scope="module", params=tuple(ORACLES))
 def official(request, tmp_path_factory, base):
     """An official-format oracle file of a random T5 whose vocabulary fits the base tokenizer, and
-    whose bucket distance is the base's (128, flan-t5's): the one size the shapes do not tell."""
+    whose bucket distance is the base's (128, flan-t5's): the one size the shapes do not tell;
+    and its base."""
     import transformers
 
+    kind = request.param
     tokenizer = transformers.AutoTokenizer.from_pretrained(base)
-    directory = tmp_path_factory.mktemp(f"hf_{request.param}")
-    hf = ref.t5(request.param, directory, seed=3, vocab_size=len(tokenizer), relative_attention_num_buckets=32,
-                relative_attention_max_distance=128)
+    directory = tmp_path_factory.mktemp(f"hf_{kind}")
+    hf = ref.t5(ORACLES[kind], directory, seed=3, own_head=kind == "flan", vocab_size=len(tokenizer),
+                relative_attention_num_buckets=32, relative_attention_max_distance=128)
     path = directory / "20q_t5_oracle.pt"
     torch.save({"model_state_dict": hf.state_dict()}, path)
-    return request.param, hf, path
+    return kind, hf, path, based(base, directory / "base", **BASE_CONFIG[kind])
 
 
 def test_the_file_has_the_official_layout(official):
-    _, _, path = official
+    kind, hf, path, _ = official
     state = torch.load(path, weights_only=True)
     assert list(state) == ["model_state_dict"]
     names = set(state["model_state_dict"])
     assert {"shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"} <= names
+    assert torch.equal(hf.lm_head.weight, hf.shared.weight) == (kind != "flan")
+    assert hf.config.scale_decoder_outputs == (kind == "v1")
 
 
-def test_converted_oracle_matches_pytorch(official, base, tmp_path):
-    kind, hf, path = official
+def test_converted_oracle_matches_pytorch(official, tmp_path):
+    kind, hf, path, base = official
     out = import_official.convert_t5_oracle(path, tmp_path / "oracle", base=str(base))
     ours = models.load_t5(out)
     assert ours.config.num_decoder_layers == hf.config.num_decoder_layers
-    assert (ours.lm_head is None) == (kind == "v1") and ours.config.gated == (kind == "flan")
+    assert (ours.lm_head is None) == (kind != "flan") and ours.config.gated == (kind != "v1")
     rng = np.random.default_rng(0)
     ids = rng.integers(3, hf.config.vocab_size, (2, 13))
     mask = np.ones_like(ids)
@@ -69,9 +94,9 @@ def test_converted_oracle_matches_pytorch(official, base, tmp_path):
     assert (out / "tokenizer.json").is_file() or (out / "tokenizer_config.json").is_file()
 
 
-def test_the_env_option_takes_the_official_file(official, base, tmp_path, monkeypatch):
+def test_the_env_option_takes_the_official_file(official, tmp_path, monkeypatch):
     """``oracle=t5:FILE.pt`` converts the file once into the user's cache and answers from it."""
-    _, _, path = official
+    _, _, path, base = official
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     oracle = model_oracle.load(f"t5:{path}", "twenty_questions", base=str(base))
     assert oracle.answer("Dog", "Is it alive?") in ("Yes.", "No.", "Invalid Question.")
@@ -85,8 +110,8 @@ class NotATensor:
     pass
 
 
-def test_bad_files_are_one_line_errors(tmp_path, base, official):
-    _, hf, _ = official
+def test_bad_files_are_one_line_errors(tmp_path, official):
+    _, hf, _, base = official
     with pytest.raises(import_official.OfficialFileError, match="no such file"):
         import_official.convert_t5_oracle(tmp_path / "missing.pt", tmp_path / "out", base=str(base))
     pickled = tmp_path / "object.pt"
@@ -106,13 +131,24 @@ def test_bad_files_are_one_line_errors(tmp_path, base, official):
         import_official.convert_t5_oracle(partial, tmp_path / "out", base=str(tmp_path / "no_base"))
 
 
-def test_cli(official, base, tmp_path, capsys):
-    _, _, path = official
+def test_cli(official, tmp_path, capsys):
+    _, _, path, base = official
     assert import_official.main([str(path), "--out", str(tmp_path / "cli"), "--base", str(base)]) == 0
     assert (tmp_path / "cli" / "config.json").is_file()
     assert import_official.main([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "x"), "--base", str(base)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "missing.pt: no such file" in err[0]
+
+
+def test_a_base_without_a_tokenizer_fails_before_writing(official, tmp_path, capsys):
+    _, _, path, base = official
+    (tmp_path / "no_tokenizer").mkdir()
+    shutil.copy(base / "config.json", tmp_path / "no_tokenizer")
+    out = tmp_path / "out"
+    assert import_official.main([str(path), "--out", str(out), "--base", str(tmp_path / "no_tokenizer")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "no_tokenizer has no tokenizer files" in err[0]
+    assert not out.exists()
 
 
 # ---- the official policy and trainer checkpoints -------------------------------------------------

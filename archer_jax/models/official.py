@@ -4,8 +4,9 @@ fine-tuned flan-t5 oracles (``20q_t5_oracle.pt``, ``city_t5_oracle.pt``:
 
 Files are read with ``torch.load(weights_only=True)``, so a file that is not plain tensors is
 refused, not run. An oracle file holds weights only: the architecture is read from the tensor
-shapes, and the tokenizer (and the special token ids) come from a base model (default
-``google/flan-t5-small``, the model the official code fine-tuned). ``python -m
+shapes, and the tokenizer (and the special token ids, and whether the decoder output is scaled
+by ``d_model ** -0.5``) come from a base model (default ``google/flan-t5-small``, the model the
+official code fine-tuned). ``python -m
 archer_jax.import_official`` is the command line.
 """
 
@@ -62,14 +63,17 @@ def state_dict(obj: Any, path: str | Path, key: str = "model_state_dict") -> dic
 
 def convert_t5_oracle(path: str | Path, out: str | Path, *, base: str = DEFAULT_BASE) -> Path:
     """Writes the official T5 oracle at ``path`` as an HF directory ``out`` (config from the
-    shapes, tokenizer and special ids from ``base``). Returns ``out``."""
+    shapes; tokenizer, special ids and output scaling from ``base``). Returns ``out``; nothing
+    is written when ``base`` lacks a tokenizer."""
     from archer_jax.models.t5 import weights
+    from archer_jax.models.t5.model import scales_decoder_output
     from archer_jax.models.tokenizer import load_tokenizer
     from archer_jax.models.weight_rules import MappingError, check_names
 
     tensors = state_dict(read_torch(path), path)
     try:
         base_dir = hub.resolve(base)
+        tokenizer = load_tokenizer(base_dir, padding_side="right")  # before anything is written
     except hub.ModelLoadError as e:
         raise OfficialFileError(f"{path}: the official file holds weights only; its tokenizer comes from --base: {e}") from None
     base_config = hub.read_config(base_dir) if (base_dir / hub.CONFIG).is_file() else {}
@@ -77,6 +81,8 @@ def convert_t5_oracle(path: str | Path, out: str | Path, *, base: str = DEFAULT_
                                         "relative_attention_max_distance", "layer_norm_epsilon") if base_config.get(k) is not None}
     if isinstance(ids.get("eos_token_id"), list):  # config.json may list several; T5 ends on the first
         ids["eos_token_id"] = ids["eos_token_id"][0]
+    if base_config:  # the shapes cannot tell whether the decoder output is scaled; the base's config does
+        ids["scale_decoder_outputs"] = scales_decoder_output(base_config)
     try:
         config = weights.config_from_tensors(tensors, **ids)
         used, _, unused = check_names(weights.rules(config), tensors)
@@ -86,6 +92,9 @@ def convert_t5_oracle(path: str | Path, out: str | Path, *, base: str = DEFAULT_
     if unused:
         log.warning("%s: ignoring %d tensors a T5 does not use: %s", path, len(unused), ", ".join(unused[:5]))
     out = Path(out).expanduser()
-    hub.write_model_dir(out, config.to_hf_dict(), {name: tensors[name] for name in used.values()})
-    load_tokenizer(base_dir, padding_side="right").save_pretrained(out)
+    try:
+        hub.write_model_dir(out, config.to_hf_dict(), {name: tensors[name] for name in used.values()})
+        tokenizer.save_pretrained(out)
+    except OSError as e:
+        raise OfficialFileError(f"{out}: cannot write the converted oracle there: {e.strerror or e}") from None
     return out

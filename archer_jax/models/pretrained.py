@@ -39,7 +39,7 @@ class Architecture:
 
     config_cls: type[HFConfig]
     module_cls: type[nnx.Module]
-    weights: ModuleType  # rules(config), canonical_name(name), IGNORED
+    weights: ModuleType  # rules(config), canonical_name(name), IGNORED; optionally fit_to_tensors(config, tensors)
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -109,6 +109,8 @@ def load_pretrained(
     except (TypeError, ValueError) as e:
         raise hub.ModelLoadError(f"{directory / hub.CONFIG}: {e}") from None
     tensors = hub.WeightReader(directory)
+    if hasattr(arch.weights, "fit_to_tensors"):  # a config that the weights complete (T5's LM head)
+        config = arch.weights.fit_to_tensors(config, tensors)
     mapping = arch.weights.rules(config)
     try:
         names, absent, unused = check_names(mapping, tensors, arch.weights.canonical_name)

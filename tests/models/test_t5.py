@@ -1,11 +1,16 @@
 """T5 (flan-t5 and T5 v1.0) against Hugging Face's PyTorch model: logits, greedy decoding,
-relative position buckets, and the round trip through our save_pretrained."""
+relative position buckets, and the round trip through our save_pretrained; checkpoints as
+transformers 5 saves them (``tie_word_embeddings: true`` with flan-t5's own head in the file) and
+as transformers 4 wrote them."""
+
+import json
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from archer_jax import models
+from archer_jax.models import hub
 from archer_jax.models.t5.generate import greedy
 from archer_jax.models.t5.model import relative_position_bucket
 from tests import hf_reference as ref
@@ -16,6 +21,7 @@ KINDS = tuple(ref.T5_KINDS)
 
 @pytest.fixture(scope="module", params=KINDS)
 def pair(request, tmp_path_factory):
+    """A checkpoint saved by transformers 5, the reference model, and ours loaded from it."""
     directory = tmp_path_factory.mktemp(f"t5_{request.param}")
     hf = ref.t5(request.param, directory, seed=KINDS.index(request.param))
     return request.param, hf, models.load_t5(directory), directory
@@ -42,7 +48,11 @@ def hf_logits(hf, ids, mask, decoder):
 
 
 def test_the_kinds_differ_as_intended(pair):
-    kind, hf, ours, _ = pair
+    kind, hf, ours, directory = pair
+    saved = json.loads((directory / "config.json").read_text())
+    assert saved["tie_word_embeddings"] is True  # transformers 5 writes it for every T5
+    assert saved["scale_decoder_outputs"] is (kind == "v1") and hf.config.scale_decoder_outputs is (kind == "v1")
+    assert ("lm_head.weight" in hub.WeightReader(directory)) == (kind == "flan")
     if kind == "flan":
         assert ours.lm_head is not None and ours.config.gated and not ours.config.scales_output
         assert not torch.equal(hf.lm_head.weight, hf.shared.weight)
@@ -58,6 +68,41 @@ def test_logits_match_hugging_face(pair):
     out = ours(jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(decoder))
     assert out.dtype == jnp.float32 and out.shape == expected.shape
     assert ref.relative_error(out, expected) < 1e-4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_transformers4_checkpoint_matches_pytorch(kind, tmp_path):
+    """The layout transformers 4 wrote: flan-t5 ``tie_word_embeddings: false`` with its head in the
+    file, T5 v1.0 tied without one; neither has ``scale_decoder_outputs``."""
+    hf = ref.t5(kind, tmp_path, seed=KINDS.index(kind), layout="transformers4")
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert "scale_decoder_outputs" not in saved and saved["tie_word_embeddings"] is (kind == "v1")
+    ours = models.load_t5(tmp_path)
+    assert (ours.lm_head is None) == (kind == "v1") and ours.config.scales_output == (kind == "v1")
+    ids, mask, decoder = batch()
+    assert ref.relative_error(ours(ids, mask, decoder), hf_logits(hf, ids, mask, decoder)) < 1e-4
+
+
+def test_a_head_equal_to_the_embedding_stays_tied(pair, tmp_path):
+    """A ``pytorch_model.bin`` state dict holds ``lm_head.weight`` even when it is the embedding:
+    tied where equal to it (T5 v1.0), a head of its own where not (flan-t5)."""
+    kind, hf, _, _ = pair
+    ours = models.load_t5(ref.save(hf, tmp_path, "bin"))
+    assert "lm_head.weight" in hub.WeightReader(tmp_path)
+    assert (ours.lm_head is None) == (kind == "v1")
+    ids, mask, decoder = batch()
+    assert ref.relative_error(ours(ids, mask, decoder), hf_logits(hf, ids, mask, decoder)) < 1e-4
+
+
+def test_an_untied_config_without_a_head_is_refused(tmp_path):
+    """``tie_word_embeddings: false`` and no ``lm_head.weight``: transformers 4 gave the model an
+    untrained random head (transformers 5 would use the embedding, unscaled), so loading names the
+    missing tensor instead of guessing."""
+    ref.t5("v1", tmp_path, layout="transformers4")
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "tie_word_embeddings": False}))
+    with pytest.raises(hub.ModelLoadError, match=r"missing tensors lm_head.weight"):
+        models.load_t5(tmp_path)
 
 
 def test_encoder_states_ignore_padding(pair):

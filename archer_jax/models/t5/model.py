@@ -29,10 +29,13 @@ Array = jax.Array
 class T5Config(HFConfig):
     """The ``config.json`` fields of a T5 model (defaults = Hugging Face's ``T5Config``).
 
-    ``tie_word_embeddings`` False (flan-t5 and T5 v1.1 as published) gives an LM head of its own;
-    transformers 5 writes ``tie_word_embeddings: true`` for every T5 and records whether the
-    decoder's output is scaled by ``d_model ** -0.5`` in ``scale_decoder_outputs`` (T5 v1.0:
-    yes). Without that key the scaling follows ``tie_word_embeddings``, as in transformers 4.
+    ``tie_word_embeddings`` False gives an LM head of its own. transformers 4 wrote it False for
+    flan-t5 and T5 v1.1 (own head, unscaled) and True for T5 v1.0 (the embedding as the head,
+    decoder output scaled by ``d_model ** -0.5``); transformers 5 writes ``tie_word_embeddings:
+    true`` for every T5, records the scaling in ``scale_decoder_outputs`` and keeps a head of its
+    own in the weights file. The loader therefore decides the head from the weights
+    (:func:`archer_jax.models.t5.weights.fit_to_tensors`) and the scaling from
+    :func:`scales_decoder_output`.
     """
 
     model_type = "t5"
@@ -71,6 +74,9 @@ class T5Config(HFConfig):
         for key in ("pad_token_id", "decoder_start_token_id"):
             if config.get(key) is None:
                 config.pop(key, None)
+        config["scale_decoder_outputs"] = scales_decoder_output(config)
+        if config.get("tie_word_embeddings") is None:
+            config.pop("tie_word_embeddings", None)
         return super().from_hf_dict(config)
 
     def to_hf_dict(self) -> dict[str, Any]:
@@ -95,6 +101,15 @@ class T5Config(HFConfig):
     @property
     def scales_output(self) -> bool:
         return self.tie_word_embeddings if self.scale_decoder_outputs is None else self.scale_decoder_outputs
+
+
+def scales_decoder_output(hf_config: dict[str, Any]) -> bool:
+    """Whether a T5 ``config.json`` scales the decoder output by ``d_model ** -0.5``, read as
+    transformers 5 reads it: ``scale_decoder_outputs`` when given, else unless
+    ``tie_word_embeddings`` is false (transformers 4's rule: an untied head is not scaled)."""
+    if hf_config.get("scale_decoder_outputs") is not None:
+        return bool(hf_config["scale_decoder_outputs"])
+    return hf_config.get("tie_word_embeddings") is not False
 
 
 def relative_position_bucket(relative: Array, *, bidirectional: bool, num_buckets: int, max_distance: int) -> Array:

@@ -8,6 +8,8 @@ ours sits on the stack. The per-stack ``embed_tokens`` copies of ``shared`` (pre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from archer_jax.models.t5.model import T5Config
@@ -64,13 +66,41 @@ def rules(config: T5Config) -> list[Rule]:
     return out
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and bool((a == b).all())
+
+
+def fit_to_tensors(config: T5Config, tensors: Mapping[str, np.ndarray]) -> T5Config:
+    """``config`` with the LM head the weights hold, as transformers 5 reads them: an
+    ``lm_head.weight`` that differs from the embedding is a head of its own, whatever
+    ``tie_word_embeddings`` says (transformers 5 writes ``true`` for every T5 yet keeps such a
+    head in the file); one equal to the embedding, or none, is the embedding. The decoder-output
+    scaling keeps the reading of ``config.json``
+    (:func:`~archer_jax.models.t5.model.scales_decoder_output`).
+
+    ``tie_word_embeddings: false`` without an ``lm_head.weight`` is left as it is, so loading
+    fails naming the missing tensor: transformers 4 gave such a file an untrained random head
+    (transformers 5 would use the embedding, which that model was never trained with).
+    """
+    scaled = config.scales_output
+    if "lm_head.weight" not in tensors:
+        return config.replace(scale_decoder_outputs=scaled)
+    if config.tie_word_embeddings:  # a head in a file that says tied: transformers 5 compares the two
+        tied = "shared.weight" in tensors and _same(tensors["lm_head.weight"], tensors["shared.weight"])
+    else:  # transformers 4's own head (transformers 5 ties one equal to the embedding: the same logits)
+        tied = False
+    return config.replace(tie_word_embeddings=tied, scale_decoder_outputs=scaled)
+
+
 def config_from_tensors(tensors: dict, **overrides) -> T5Config:
     """The config of a T5 state dict without its ``config.json`` (the official oracle files),
     read from the tensor shapes: vocabulary, widths, heads, layer counts, buckets, gated or not,
     tied or not. ``relative_attention_max_distance`` and the special token ids cannot be read
     from shapes: they keep the T5 defaults unless given in ``overrides``. A head equal to the
-    embedding is read as tied, hence scaled (T5 v1.0); the official files are transformers 4
-    ``state_dict()``s of flan-t5, whose head is its own."""
+    embedding, or none, is read as tied; whether the decoder output is scaled is not in the
+    shapes either: ``overrides["scale_decoder_outputs"]`` (from the base model's config) tells,
+    else a tied head is read as scaled (T5 v1.0) and an own head as not (flan-t5, T5 v1.1)."""
     def shape(name: str) -> tuple[int, ...]:
         if name not in tensors:
             raise KeyError(f"not a T5 state dict: it has no tensor {name}")
@@ -85,7 +115,7 @@ def config_from_tensors(tensors: dict, **overrides) -> T5Config:
     def blocks(stack: str) -> int:
         return len({name.split(".")[2] for name in tensors if name.startswith(f"{stack}.block.")})
 
-    tied = "lm_head.weight" not in tensors or bool((np.asarray(tensors["lm_head.weight"]) == np.asarray(tensors["shared.weight"])).all())
+    tied = "lm_head.weight" not in tensors or _same(tensors["lm_head.weight"], tensors["shared.weight"])
     fields = dict(vocab_size=vocab, d_model=d_model, d_kv=inner // heads, d_ff=d_ff, num_layers=blocks("encoder"),
                   num_decoder_layers=blocks("decoder"), num_heads=heads, relative_attention_num_buckets=buckets,
                   feed_forward_proj="gated-gelu" if gated else "relu", tie_word_embeddings=tied)
