@@ -66,6 +66,8 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: --config: {_last_line(e)}")
     try:
         train_and_evaluate(config, _WORKDIR.value, allow_config_changes=_ALLOW_CONFIG_CHANGES.value)
+    except distributed.HostLost as e:  # a normal exit would wait for the dead host at JAX's shutdown
+        distributed.exit_at_once(f"error: {e}")
     except (ConfigError, ModelLoadError, TrainingError, EnvError) as e:
         sys.exit(f"error: {e}")
 

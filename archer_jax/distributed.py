@@ -17,15 +17,24 @@ any computation. How the work divides (``docs/multihost.md``):
   fresh ``a_π`` of its share of the rows, and the rows are gathered before the batch is laid out.
 * checkpoints: every host writes and restores its shards of the networks (orbax); the primary
   host writes the replay buffer (every host reads it back), the summary, plots and TensorBoard.
+
+A host that dies (killed, preempted) breaks the next exchange on every other host: each survivor
+ends at once with one line naming the process that stopped responding (:func:`lost_host`,
+:class:`HostLost`, :func:`exit_at_once`), instead of waiting at JAX's shutdown barrier for the dead
+one and then aborting. The same command on every host resumes from the last intact checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
+import re
+import socket
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import numpy as np
@@ -44,6 +53,19 @@ class DistributedError(ValueError):
 
 class DivergenceError(TrainingError):
     """Hosts that should hold identical replicas do not (the message names them)."""
+
+
+class HostLost(TrainingError):
+    """Another process of the run stopped responding (the message names it and the checkpoint to
+    resume from); the CLI ends this process at once with that line (:func:`exit_at_once`)."""
+
+
+# Every process's host name and pid, by process index, exchanged at start-up (to name a dead one).
+_IDENTITIES: dict[int, dict[str, Any]] = {}
+# What a broken exchange with another process says: gloo's closed or reset connections, the
+# coordination service's unavailable peers and missed heartbeats.
+_LOST_SIGNS = ("Gloo", "Connection closed by peer", "Connection reset by peer", "heartbeat", "UNAVAILABLE",
+               "Socket closed", "failed to connect")
 
 
 def _cluster_detected() -> bool:
@@ -91,9 +113,89 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     except (AttributeError, ValueError):
         pass
     jax.distributed.initialize(**(explicit or {}))
+    _exchange_identities()
     log.info("process %d of %d: %d local devices, %d in all", jax.process_index(), jax.process_count(),
              jax.local_device_count(), jax.device_count())
     return True
+
+
+def _identity() -> dict[str, Any]:
+    """This process's host name, its addresses and pid."""
+    host = socket.gethostname()
+    try:
+        addresses = sorted(set(socket.gethostbyname_ex(host)[2]))
+    except OSError:
+        addresses = []
+    return dict(host=host, addresses=addresses, pid=os.getpid())
+
+
+def _exchange_identities(timeout_s: float = 60.0) -> None:
+    """Publishes this process's :func:`_identity` through JAX's coordination service and keeps
+    every process's (so that a survivor can name a dead one without asking anyone)."""
+    try:
+        from jax._src.distributed import global_state
+
+        client, me = global_state.client, jax.process_index()
+        client.key_value_set(f"archer_jax/identity/{me}", json.dumps(_identity()))
+        for i in range(jax.process_count()):
+            _IDENTITIES[i] = json.loads(client.blocking_key_value_get(f"archer_jax/identity/{i}", int(timeout_s * 1000)))
+    except Exception as e:  # a JAX without this client: a dead process is named by its index alone
+        log.warning("could not exchange host names between processes (%s); a process that stops responding "
+                    "is named by its index only", str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+
+def describe_process(index: int) -> str:
+    """``process 1 of 2 (host NAME, pid 123)``; the coordinator's address for process 0."""
+    known = _IDENTITIES.get(index)
+    details = [f"host {known['host']}", f"pid {known['pid']}"] if known else []
+    if index == 0:
+        from jax._src.distributed import global_state
+
+        if getattr(global_state, "coordinator_address", None):
+            details.append(f"the coordinator at {global_state.coordinator_address}")
+    return f"process {index} of {jax.process_count()}" + (f" ({', '.join(details)})" if details else "")
+
+
+def _short_reason(error: BaseException) -> str:
+    """An error's first line without its status code and source locations."""
+    line = next((part.strip() for part in str(error).splitlines() if part.strip()), type(error).__name__)
+    line = re.sub(r"^[A-Z_]+: ", "", line)
+    return re.sub(r"\[[\w./-]+\.(?:cc|h|cpp):\d+\] ", "", line)
+
+
+def lost_host(error: BaseException) -> str | None:
+    """When ``error`` (of a multi-process run) says another process stopped responding: that
+    process in words (:func:`describe_process`, or its address where several could be meant)
+    and what failed; None for any other error."""
+    if not multiprocess() or not any(sign in str(error) for sign in _LOST_SIGNS):
+        return None
+    text, me = str(error), jax.process_index()
+    others = [i for i in range(jax.process_count()) if i != me]
+    task = re.search(r"[Tt]ask[s]? (\d+)", text)
+    address = re.search(r"\[([0-9A-Fa-f.:]+)\]:(\d+)", text)
+    if task and int(task.group(1)) in others:
+        candidates = [int(task.group(1))]
+    elif len(others) == 1:
+        candidates = others
+    elif address:  # several hosts: the one whose address the broken connection names, if only one has it
+        candidates = [i for i in others if address.group(1) in _IDENTITIES.get(i, {}).get("addresses", ())]
+    else:
+        candidates = []
+    if len(candidates) == 1:
+        who = describe_process(candidates[0])
+    else:
+        who = f"the process at {address.group(1)}" if address else "another process"
+    return f"{who} stopped responding ({_short_reason(error)})"
+
+
+def exit_at_once(line: str, code: int = 1) -> NoReturn:
+    """Writes ``line`` to stderr and ends this process now: a normal exit would first wait at JAX's
+    shutdown barrier for every process, which a dead one never reaches (JAX then aborts)."""
+    logging.shutdown()  # flushes the log handlers
+    sys.stdout.flush()
+    sys.stderr.write(line.rstrip("\n") + "\n")
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def is_primary() -> bool:

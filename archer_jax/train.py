@@ -115,6 +115,11 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
             stop = RunInterrupted(e.signal_name, _interrupted(e.signal_name, loop, checkpoints, at_once=True))
         except TrainingError as e:
             stop = TrainingError(f"stopped {_where(loop)}: {e}; {_kept(loop, checkpoints)}")
+        except Exception as e:  # several hosts: another one died, and the exchange with it broke
+            lost = distributed.lost_host(e)
+            if lost is None:
+                raise
+            stop = distributed.HostLost(f"{lost} {_where(loop)}; {_resumes(checkpoints)}")
         finally:
             run.close()
             writers.close()
@@ -161,6 +166,14 @@ def _kept(loop: LoopState | None, checkpoints: Checkpoints) -> str:
     if loop is None:
         return kept
     return f"the last iteration whose steps were all finite is {loop.last_finite_iteration()}; {kept}"
+
+
+def _resumes(checkpoints: Checkpoints) -> str:
+    """Where the same command on every host resumes a run that lost a host."""
+    latest = checkpoints.latest()
+    if latest is None:
+        return "no checkpoint was written, so the same command on every host starts afresh"
+    return f"checkpoint {latest} is intact: the same command on every host resumes from it"
 
 
 def _interrupted(signal_name: str, loop: LoopState | None, checkpoints: Checkpoints, at_once: bool = False) -> str:

@@ -1,10 +1,12 @@
 """Two processes on localhost train one run (jax.distributed with a local coordinator, 2 CPU
-devices each): killed after a checkpoint and resumed, they end where one process with the same 4
-devices ends, and hold the same parameters (the app checks a digest at every checkpoint)."""
+devices each): one killed after a checkpoint, the other ends with one line naming it; resumed,
+they end where one process with the same 4 devices ends, and hold the same parameters (the app
+checks a digest at every checkpoint)."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -86,9 +88,18 @@ def test_two_hosts_killed_and_resumed_match_one_process(one_process, tmp_path):
             (logs / "host0.log").read_text()[-3000:] + (logs / "host1.log").read_text()[-3000:]
         assert time.time() < deadline, "no checkpoint after 10 minutes"
         time.sleep(0.05)
-    for host in hosts:  # both hosts killed after checkpoint 1 (a preempted slice)
-        host.send_signal(signal.SIGKILL)
-        host.wait()
+    hosts[1].send_signal(signal.SIGKILL)  # host 1 dies after checkpoint 1 (a preempted VM)
+    hosts[1].wait()
+    try:  # host 0 notices at its next exchange with host 1 and ends with one line
+        hosts[0].wait(300)
+    except subprocess.TimeoutExpired:
+        hosts[0].kill()
+        raise AssertionError("host 0 did not stop after host 1 died:\n" + (logs / "host0.log").read_text()[-3000:])
+    survivor = (logs / "host0.log").read_text()
+    last = [line for line in survivor.splitlines() if line.strip()][-1]
+    assert re.fullmatch(r"error: process 1 of 2 \(host [^,]+, pid \d+\) stopped responding \(Gloo .+\) at iteration 2; "
+                        r"checkpoint 1 is intact: the same command on every host resumes from it", last), survivor[-3000:]
+    assert "Traceback" not in survivor and "Fatal Python error" not in survivor, survivor[-3000:]
     assert 2 not in complete(workdir)
 
     hosts = start_hosts(workdir, logs)  # the same command resumes
@@ -133,6 +144,25 @@ def test_host_shares_and_settings():
     with pytest.raises(distributed.DistributedError, match=r"--process_id must be in \[0, --num_processes=2\), got 2"):
         distributed.settings("h:1", 2, 2, environ={})
     assert distributed.allgather_objects({"a": 1}) == [{"a": 1}]  # one process: itself
+
+
+def test_lost_host_names_the_process(monkeypatch):
+    monkeypatch.setattr(jax, "process_count", lambda: 3)
+    monkeypatch.setattr(jax, "process_index", lambda: 0)
+    monkeypatch.setattr(distributed, "_IDENTITIES", {
+        0: dict(host="a", addresses=["10.0.0.1"], pid=10), 1: dict(host="b", addresses=["10.0.0.2"], pid=11),
+        2: dict(host="c", addresses=["10.0.0.3"], pid=12)})
+    gloo = RuntimeError("UNKNOWN: Gloo AllGather failed: [external/gloo/gloo/transport/tcp/pair.cc:547] "
+                        "Connection closed by peer [10.0.0.3]:59312")
+    assert distributed.lost_host(gloo) == ("process 2 of 3 (host c, pid 12) stopped responding "
+                                           "(Gloo AllGather failed: Connection closed by peer [10.0.0.3]:59312)")
+    heartbeat = RuntimeError("UNAVAILABLE: Task 1 heartbeat timeout. This indicates that the remote task has failed")
+    assert distributed.lost_host(heartbeat).startswith("process 1 of 3 (host b, pid 11) stopped responding (Task 1 ")
+    unknown = RuntimeError("Gloo AllGather failed: Connection closed by peer [10.9.9.9]:1")
+    assert distributed.lost_host(unknown).startswith("the process at 10.9.9.9 stopped responding")
+    assert distributed.lost_host(ValueError("operands could not be broadcast together")) is None
+    monkeypatch.setattr(jax, "process_count", lambda: 1)  # one process: no other host to lose
+    assert distributed.lost_host(gloo) is None
 
 
 def test_missing_settings_are_one_line(tmp_path):
