@@ -57,6 +57,7 @@ def programs(request, tmp_path_factory):
         run.close()
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 @pytest.mark.parametrize("name", ["prefill", "decode", "critic_step", "actor_step", "bc_step", "chai_scores"])
 def test_the_policy_reaches_every_program(programs, name):
     setting, lowered = programs

@@ -291,6 +291,7 @@ def test_bad_input_gives_clear_errors(policy, sampler):
         sampler.generate("Is it", key)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_sharded_over_a_mesh_gives_the_same_samples(policy, sampler):
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices: XLA_FLAGS=--xla_force_host_platform_device_count=8 (set by conftest)")

@@ -47,6 +47,7 @@ def one_device(tiny_dirs, tokenizers):
     return as_numpy((critic_state.params, critic_state.target, actor_state.params)), as_numpy((cm, am))
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 @pytest.mark.parametrize("shape", [(8, 1, 1), (2, 2, 2)])  # data alone; data, fsdp and tensor together
 def test_sharded_steps_match_one_device(shape, tiny_dirs, tokenizers, one_device):
     if jax.device_count() < 8:
@@ -71,6 +72,7 @@ def test_sharded_steps_match_one_device(shape, tiny_dirs, tokenizers, one_device
     assert any(len(x.sharding.device_set) == 8 and not x.sharding.is_fully_replicated for x in mu) == (shape != (8, 1, 1))
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_a_replicated_critic_beside_a_sharded_policy_steps_as_on_one_device(tiny_dirs, tokenizers, one_device):
     """critic_rules=REPLICATED_RULES: on an FSDP mesh the policy is split, the critic whole on
     every device; the steps compute what one device does."""
@@ -110,6 +112,7 @@ def _sgd_critic_update(tiny_dirs, batch, tx, micro_batches=1):
     return as_numpy(jax.tree.map(jnp.subtract, new.params, params)), metrics
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_gradients_are_averaged_over_micro_batches(tiny_dirs, tokenizers):
     """Two micro-batches of 8 give the update of one batch of 16 (a sum would double it)."""
     batch = critic_batch(tokenizers, n=16)
@@ -145,6 +148,7 @@ def test_a_non_finite_loss_skips_the_step(tiny_dirs, tokenizers):
     assert int(metrics["nonfinite"]) == 0 and int(state.step) == 1 and int(state.skipped) == 1
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_metrics_and_the_token_baseline_variant(tiny_dirs, tokenizers):
     actor, critic = make_modules(tiny_dirs, token_baseline=True)
     config = learners.LearnerConfig(actor_loss="actor_token_baseline")

@@ -10,6 +10,7 @@ uniform policy); the actor, driven by the learned advantage, then prefers "yes".
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from archer_jax import learners
@@ -32,6 +33,7 @@ def transitions():
     return [row + (pi,) for row in rows for pi in ("yes", "no")]  # a_pi: both, i.e. uniform
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_critic_learns_the_true_values_and_the_actor_the_better_action(tiny_dirs, tokenizers):
     policy_tok, critic_tok = tokenizers
     actor, critic = make_modules(tiny_dirs, seed=1)

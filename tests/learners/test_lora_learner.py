@@ -39,6 +39,7 @@ def host(tree):
     return jax.tree.map(np.asarray, jax.device_get(tree))
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_only_the_adapters_train_and_the_base_stays_put(llama_dir):
     actor, wrapped = lora_actor(llama_dir)
     learner = learners.Learner(actor, None, CONFIG)

@@ -45,6 +45,7 @@ def whole(tiny_dirs, tokenizers):
     return steps(tiny_dirs, tokenizers, "auto")
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 @pytest.mark.parametrize("size", [4])
 def test_every_layout_gives_the_same_step(size, tiny_dirs, tokenizers, whole):
     """The step's loss, metrics and update do not depend on the micro-batch layout: the token
@@ -64,6 +65,7 @@ def test_every_layout_gives_the_same_step(size, tiny_dirs, tokenizers, whole):
     assert metrics[1]["baseline_loss"] > 0 and metrics[2]["token_nll"] > 0
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_auto_takes_the_largest_micro_batch_that_fits(tiny_dirs, tokenizers, monkeypatch):
     learner = learners.Learner(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=16))
     state = learner.init_actor()
@@ -113,6 +115,7 @@ def test_free_memory_is_read_from_the_devices():
         assert free * len(jax.local_devices()) <= micro_batching._host_available_bytes() * 1.5
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_a_fixed_micro_batch_must_cut_the_batch(tiny_dirs, tokenizers):
     learner = learners.Learner(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=5))
     with pytest.raises(ValueError, match=r"learner.micro_batch_size 5 does not cut a batch of 16 .* try one of \[16, 8, 4, 2, 1\]"):

@@ -111,6 +111,7 @@ def _adam_step(params, grads, lr):
     return optax.apply_updates(params, updates)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_iql_critic_step_equals_an_independent_autodiff_step(learner, tiny_dirs, tokenizers):
     batch = critic_batch(tokenizers)
     new, metrics = learner.iql_critic_step(learner.init_critic(), batch)
@@ -142,6 +143,7 @@ def test_iql_critic_step_equals_an_independent_autodiff_step(learner, tiny_dirs,
     assert _max_abs_err(new.params, params) > 0.5 * CONFIG.critic_lr  # the step moved them
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_awr_actor_step_equals_an_independent_autodiff_step(learner, tiny_dirs, tokenizers):
     batch = actor_batch(tokenizers)
     critic_state = learner.init_critic()

@@ -27,6 +27,8 @@ from archer_jax.loop_state import LoopState
 from archer_jax.train import train_and_evaluate
 from tests.train.test_train_app import _complete_steps, assert_same_tree, micro, restored
 
+pytestmark = pytest.mark.slow  # every test here but the last trains or resumes a run
+
 THREE = dict(iterations=3, save_freq=1, eval_freq=3, keep_checkpoints=3)
 
 

@@ -43,6 +43,7 @@ def offline_run(tmp_path_factory):
     return workdir, c, summary, lines.lines
 
 
+@pytest.mark.slow
 def test_offline_archer_generates_its_data_says_so_and_trains_without_rollouts(offline_run):
     workdir, c, summary, warnings = offline_run
     assert any(line.startswith("no offline.dataset given: generated 16 20q_subset dialogues") for line in warnings)
@@ -84,6 +85,7 @@ def test_offline_bc_agents_train_the_policy_only(agent, tmp_path):
     assert not (tmp_path / "checkpoints" / "2" / "critic").exists()
 
 
+@pytest.mark.slow
 def test_online_archer_starts_from_the_offline_run(offline_run, tmp_path):
     workdir, c, summary, _ = offline_run
     online = micro(init_from=str(workdir), sft__steps=0, iterations=1)
@@ -131,6 +133,7 @@ def test_awr_is_refused_for_online_agents_and_init_from_with_sft(tmp_path):
         config_lib.validate(micro(init_from=str(tmp_path)))
 
 
+@pytest.mark.slow
 def test_city_offline_micro_runs_on_generated_city_dialogues(tmp_path):
     summary = train_and_evaluate(offline_micro("city_offline.py", iterations=1), tmp_path)
     assert summary["env"] == "guess_my_city" and summary["env_samples"] == 0

@@ -27,6 +27,7 @@ def ppo_run(tmp_path_factory):
     return workdir, c, train_and_evaluate(c, workdir)
 
 
+@pytest.mark.slow
 def test_hierarchical_ppo_trains_the_critic_then_ppo_with_a_fixed_reference(ppo_run):
     workdir, c, summary = ppo_run
     history = [json.loads(line) for line in (workdir / "history.jsonl").read_text().splitlines()]

@@ -83,6 +83,7 @@ def assert_same_tree(a, b) -> None:
 # ---- one run, start to finish -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_micro_run_trains_checkpoints_and_reports(tmp_path, caplog):
     c = micro()
     with caplog.at_level(logging.INFO, logger="archer_jax"):
@@ -246,6 +247,7 @@ class NanRewardGame(TwentyQuestionsSubset):
         return result._replace(reward=float("nan"))
 
 
+@pytest.mark.slow
 def test_non_finite_losses_are_skipped_counted_and_stop_the_run(tmp_path, monkeypatch):
     monkeypatch.setitem(registry.ENVS, "nan_game", registry.EnvSpec(lambda c: functools.partial(NanRewardGame)))
     # 2 critic steps per iteration; the 4th consecutive skipped step stops the run (iteration 2).
