@@ -33,7 +33,7 @@ log = logging.getLogger("archer_jax")
 
 LOCK = "run.lock"
 REFRESH_S = 60.0
-STALE_AFTER_S = 300.0
+STALE_AFTER_S = 3 * REFRESH_S  # another host's lock not refreshed for three rounds: its run is gone
 
 
 class WorkdirInUse(TrainingError):
@@ -98,20 +98,50 @@ class WorkdirLock:
         return holder if isinstance(holder, dict) else {}
 
     def _write(self, holder: dict[str, Any], exclusive: bool) -> bool:
-        """Writes the lock file (``exclusive``: only if there is none); whether it was written."""
-        data = json.dumps(holder).encode()
-        if exclusive:
+        """Writes the lock file whole (``exclusive``: only if there is none); whether it was written.
+
+        The holder is written to a file of this lock's own and then published: linked into place
+        when exclusive (so that no other run ever reads it half-written), renamed over it
+        otherwise. A file system without hard links (gcsfuse) gets an exclusive create instead."""
+        temp = self.path.with_name(f"{LOCK}.{self.token}")
+        temp.write_bytes(json.dumps(holder).encode())
+        if not exclusive:
+            os.replace(temp, self.path)
+            return True
+        try:
+            os.link(temp, self.path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 return False
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                f.write(temp.read_bytes())
             return True
-        temp = self.path.with_name(f"{LOCK}.{self.token}")
-        temp.write_bytes(data)
-        os.replace(temp, self.path)
-        return True
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def _take_over(self, stale: dict[str, Any]) -> None:
+        """Moves the lock file that names ``stale`` aside, unless another run did first (then the
+        file it moved is put back): two runs that find one stale lock never both take it."""
+        aside = self.path.with_name(f"{LOCK}.stale.{self.token}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:  # another run moved it first
+            return
+        try:
+            moved = json.loads(aside.read_text())
+        except (OSError, ValueError):
+            moved = {}
+        if moved != stale:  # a lock taken since we looked: it stays
+            try:
+                os.link(aside, self.path)
+            except OSError:
+                pass
+        aside.unlink(missing_ok=True)
 
     def live(self, holder: dict[str, Any]) -> bool:
         """Whether the run ``holder`` names may still be running."""
@@ -129,7 +159,7 @@ class WorkdirLock:
     def acquire(self) -> None:
         """Takes the lock (this process alone), or raises :class:`WorkdirInUse`."""
         try:
-            for _ in range(3):  # another run may take or release it between two looks
+            for _ in range(5):  # another run may take or release it between two looks
                 if self._write(self._mine(), exclusive=True):
                     break
                 holder = self.read()
@@ -139,8 +169,7 @@ class WorkdirLock:
                     raise WorkdirInUse(self._refusal(holder))
                 log.warning("%s names %s, which is no longer running: taking it over", self.path,
                             self._describe(holder) if holder else "nothing readable")
-                self._write(self._mine(), exclusive=False)
-                break
+                self._take_over(holder)
             if (self.read() or {}).get("token") != self.token:
                 raise WorkdirInUse(self._refusal(self.read() or {}))
         except OSError as e:

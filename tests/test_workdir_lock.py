@@ -87,12 +87,27 @@ def test_a_reused_pid_does_not_keep_the_lock(tmp_path, caplog):
 
 def test_another_hosts_lock_holds_while_it_is_refreshed_and_is_taken_over_when_stale(tmp_path, caplog):
     write_lock(tmp_path, host="another-host", pid=1234, started=1.0e9, refreshed=time.time() - 10)
-    with pytest.raises(WorkdirInUse, match=r"on host another-host, pid 1234 \(its lock .* counts as stale 300 s"):
+    with pytest.raises(WorkdirInUse, match=r"on host another-host, pid 1234 \(its lock .* counts as stale 180 s"):
         WorkdirLock(tmp_path).acquire()
-    write_lock(tmp_path, host="another-host", pid=1234, started=1.0e9, refreshed=time.time() - 301)
+    write_lock(tmp_path, host="another-host", pid=1234, started=1.0e9, refreshed=time.time() - 181)
     with caplog.at_level(logging.WARNING, logger="archer_jax"), WorkdirLock(tmp_path):
         pass
     assert "on host another-host, pid 1234, which is no longer running: taking it over" in caplog.text
+
+
+def test_two_runs_that_find_one_stale_lock_do_not_both_take_it(tmp_path):
+    write_lock(tmp_path, host="another-host", pid=1234, started=1.0e9, refreshed=time.time() - 1000)
+    late, early = WorkdirLock(tmp_path), WorkdirLock(tmp_path)
+    stale = late.read()  # both judged it stale; the early one takes it over first
+    early.acquire()
+    try:
+        late._take_over(stale)  # the late one moves aside the file it finds: the early one's, put back
+        assert json.loads((tmp_path / LOCK).read_text())["token"] == early.token
+        with pytest.raises(WorkdirInUse, match="is in use by the run started at"):
+            late.acquire()
+    finally:
+        early.release()
+    assert not list(tmp_path.glob(f"{LOCK}*"))  # no lock, no temporary or moved-aside file left
 
 
 def test_an_unreadable_lock_is_taken_over(tmp_path, caplog):
