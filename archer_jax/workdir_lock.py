@@ -65,6 +65,53 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
 
 
+def _write(path: Path, token: str, holder: dict[str, Any], exclusive: bool) -> bool:
+    """Writes the lock file ``path`` whole (``exclusive``: only if there is none); whether it was
+    written. The holder goes to a file named by the lock's ``token`` first, then is published:
+    linked into place when exclusive (so that no other run ever reads it half-written), renamed
+    over it otherwise. A file system without hard links (gcsfuse) gets an exclusive create."""
+    temp = path.with_name(f"{LOCK}.{token}")
+    temp.write_bytes(json.dumps(holder).encode())
+    if not exclusive:
+        os.replace(temp, path)
+        return True
+    try:
+        os.link(temp, path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # no hard links here
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as f:
+            f.write(temp.read_bytes())
+        return True
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def _take_over(path: Path, token: str, stale: dict[str, Any]) -> None:
+    """Moves the lock file that names ``stale`` aside, unless another run did first (then the
+    file it moved is put back): two runs that find one stale lock never both take it."""
+    aside = path.with_name(f"{LOCK}.stale.{token}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:  # another run moved it first
+        return
+    try:
+        moved = json.loads(aside.read_text())
+    except (OSError, ValueError):
+        moved = {}
+    if moved != stale:  # a lock taken since we looked: it stays
+        try:
+            os.link(aside, path)
+        except OSError:
+            pass
+    aside.unlink(missing_ok=True)
+
+
 class WorkdirLock:
     """The lock on ``workdir`` (a context manager); see the module's docstring."""
 
@@ -98,50 +145,7 @@ class WorkdirLock:
         return holder if isinstance(holder, dict) else {}
 
     def _write(self, holder: dict[str, Any], exclusive: bool) -> bool:
-        """Writes the lock file whole (``exclusive``: only if there is none); whether it was written.
-
-        The holder is written to a file of this lock's own and then published: linked into place
-        when exclusive (so that no other run ever reads it half-written), renamed over it
-        otherwise. A file system without hard links (gcsfuse) gets an exclusive create instead."""
-        temp = self.path.with_name(f"{LOCK}.{self.token}")
-        temp.write_bytes(json.dumps(holder).encode())
-        if not exclusive:
-            os.replace(temp, self.path)
-            return True
-        try:
-            os.link(temp, self.path)
-            return True
-        except FileExistsError:
-            return False
-        except OSError:  # no hard links here
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(temp.read_bytes())
-            return True
-        finally:
-            temp.unlink(missing_ok=True)
-
-    def _take_over(self, stale: dict[str, Any]) -> None:
-        """Moves the lock file that names ``stale`` aside, unless another run did first (then the
-        file it moved is put back): two runs that find one stale lock never both take it."""
-        aside = self.path.with_name(f"{LOCK}.stale.{self.token}")
-        try:
-            os.rename(self.path, aside)
-        except FileNotFoundError:  # another run moved it first
-            return
-        try:
-            moved = json.loads(aside.read_text())
-        except (OSError, ValueError):
-            moved = {}
-        if moved != stale:  # a lock taken since we looked: it stays
-            try:
-                os.link(aside, self.path)
-            except OSError:
-                pass
-        aside.unlink(missing_ok=True)
+        return _write(self.path, self.token, holder, exclusive)
 
     def live(self, holder: dict[str, Any]) -> bool:
         """Whether the run ``holder`` names may still be running."""
@@ -169,7 +173,7 @@ class WorkdirLock:
                     raise WorkdirInUse(self._refusal(holder))
                 log.warning("%s names %s, which is no longer running: taking it over", self.path,
                             self._describe(holder) if holder else "nothing readable")
-                self._take_over(holder)
+                _take_over(self.path, self.token, holder)
             if (self.read() or {}).get("token") != self.token:
                 raise WorkdirInUse(self._refusal(self.read() or {}))
         except OSError as e:

@@ -101,7 +101,7 @@ def test_two_runs_that_find_one_stale_lock_do_not_both_take_it(tmp_path):
     stale = late.read()  # both judged it stale; the early one takes it over first
     early.acquire()
     try:
-        late._take_over(stale)  # the late one moves aside the file it finds: the early one's, put back
+        workdir_lock._take_over(late.path, late.token, stale)  # the late one moves aside the file it finds: the early one's, put back
         assert json.loads((tmp_path / LOCK).read_text())["token"] == early.token
         with pytest.raises(WorkdirInUse, match="is in use by the run started at"):
             late.acquire()
