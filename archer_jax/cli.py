@@ -48,8 +48,7 @@ def _last_line(error: Exception) -> str:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv  # parse_flags refuses arguments that are no flags
     if _WORKDIR.value is None:
         sys.exit("error: --workdir is required (checkpoints, metrics and summary.json go there)")
     try:

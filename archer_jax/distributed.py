@@ -166,8 +166,10 @@ def _short_reason(error: BaseException) -> str:
 def lost_host(error: BaseException) -> str | None:
     """When ``error`` (of a multi-process run) says another process stopped responding: that
     process in words (:func:`describe_process`, or its address where several could be meant)
-    and what failed; None for any other error."""
-    if not multiprocess() or not any(sign in str(error) for sign in _LOST_SIGNS):
+    and what failed; None for any other error. Only a runtime error (JAX's are) qualifies: a bug's
+    exception that happens to say "heartbeat" keeps its traceback."""
+    if (not multiprocess() or not isinstance(error, RuntimeError)
+            or not any(sign in str(error) for sign in _LOST_SIGNS)):
         return None
     text, me = str(error), jax.process_index()
     others = [i for i in range(jax.process_count()) if i != me]

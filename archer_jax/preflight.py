@@ -104,16 +104,19 @@ def check_wandb(config: ml_collections.ConfigDict) -> None:
         raise ConfigError("config.use_wandb: wandb is not installed (pip install wandb), or set --config.use_wandb=false")
 
 
-def total_memory_bytes() -> int:
-    """This machine's physical memory."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+def total_memory_bytes() -> int | None:
+    """This machine's physical memory (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def check_replay_capacity(capacity: int) -> None:
     """The replay buffer's slots (allocated when the first transitions arrive) fit in this
     machine's memory, before any text or token is stored in them."""
     need, have = capacity * REPLAY_SLOT_BYTES, total_memory_bytes()
-    if need > have:
+    if have is not None and need > have:
         raise ConfigError(f"config.capacity: {capacity} transitions need at least {need / 1e9:.3g} GB for the replay "
                           f"buffer's slots alone, and this machine has {have / 1e9:.3g} GB (the official setting is 100000)")
 

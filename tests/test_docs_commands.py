@@ -17,7 +17,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from archer_jax import config
+from archer_jax import cli, config
 from archer_jax.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +58,9 @@ def _parse(args: list[str]):
     """The config ``python -m archer_jax.train ARGS`` would train, from a fresh flag set."""
     values = flags.FlagValues()
     argv = ["train", *args]  # config_flags finds the overrides in the argv it is given
-    config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True, sys_argv=argv)
+    # As the command line defines it (archer_jax/cli.py): free-form groups take new keys.
+    config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=False,
+                                    accept_new_attributes=True, sys_argv=argv)
     for name in ("workdir", "coordinator"):
         flags.DEFINE_string(name, None, "", flag_values=values)
     for name in ("num_processes", "process_id"):
@@ -74,6 +76,7 @@ def test_a_documented_train_command_runs_as_written(where, command, monkeypatch)
     monkeypatch.setattr(config, "_check_model", lambda *a, **k: None)  # hub names need the network: not here
     args = shlex.split(command)[len(TRAIN.split()):]
     assert any(a.startswith("--workdir=") for a in args), f"{where}: {command!r} has no --workdir"
+    assert cli._unknown_config_key(["train", *args]) is None, f"{where}: {command!r}"
     values = _parse(args)
     assert values.workdir
     try:

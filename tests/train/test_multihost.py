@@ -161,6 +161,7 @@ def test_lost_host_names_the_process(monkeypatch):
     unknown = RuntimeError("Gloo AllGather failed: Connection closed by peer [10.9.9.9]:1")
     assert distributed.lost_host(unknown).startswith("the process at 10.9.9.9 stopped responding")
     assert distributed.lost_host(ValueError("operands could not be broadcast together")) is None
+    assert distributed.lost_host(KeyError("Gloo heartbeat UNAVAILABLE")) is None  # a bug's error, not a lost host
     monkeypatch.setattr(jax, "process_count", lambda: 1)  # one process: no other host to lose
     assert distributed.lost_host(gloo) is None
 
