@@ -60,12 +60,13 @@ def manual_splits(manual_dir: str | Path) -> dict[str, list[Path]]:
         raise FileNotFoundError(f"{manual_dir}: manual_dir does not exist or is not a directory")
     files = sorted(p for p in manual_dir.glob("*.json") if p.is_file())
     if not files:
-        raise ValueError(f"{manual_dir}: manual_dir holds no .json file")
+        raise ValueError(f"{manual_dir} holds no .json dialogue file")
     splits: dict[str, list[Path]] = {}
     for path in files:
         splits.setdefault(split_of(path), []).append(path)
     if "train" not in splits:
-        raise ValueError(f"{manual_dir}: no train file (every .json stem contains one of {', '.join(EVAL_MARKERS)})")
+        raise ValueError(f"{manual_dir} has no train file (the name of every .json file in it contains one of "
+                         f"{', '.join(EVAL_MARKERS)})")
     return splits
 
 

@@ -140,8 +140,8 @@ def check_dataset(config) -> None:
     """``config.offline.dataset`` is a ``.json`` dialogue file or a directory with a train file, every
     file of it parses as the env's games (at least one), and it has a file of ``config.offline.split``;
     else a one-line :class:`ConfigError` naming the key and the user's file. Builds nothing."""
-    from archer_jax.data import dialogues
-    from archer_jax.data.dialogue_builder import EVAL_MARKERS, split_of
+    from archer_jax.data import sources
+    from archer_jax.data.dialogue_builder import EVAL_MARKERS, manual_splits
 
     c = config.offline
     env = dataset_env(config)
@@ -152,13 +152,11 @@ def check_dataset(config) -> None:
         return
     given = Path(c.dataset).expanduser()
     if given.is_dir():
-        files = sorted(p for p in given.glob("*.json") if p.is_file())
-        if not files:
-            raise ConfigError(f"config.offline.dataset: {given} holds no .json dialogue file")
-        splits = {split_of(p) for p in files}
-        if "train" not in splits:
-            raise ConfigError(f"config.offline.dataset: {given} has no train file (the name of every .json file in it "
-                              f"contains one of {', '.join(EVAL_MARKERS)})")
+        try:
+            splits = manual_splits(given)  # the builder's own reading of a directory
+        except ValueError as e:
+            raise ConfigError(f"config.offline.dataset: {e}") from None
+        files = [path for paths in splits.values() for path in paths]
     elif given.is_file():
         if given.suffix != ".json":
             raise ConfigError(f"config.offline.dataset: {given} is not a .json file (give a .json dialogue file, or a "
@@ -169,10 +167,9 @@ def check_dataset(config) -> None:
     if c.split not in splits:
         raise ConfigError(f"config.offline.split: {given} has no {c.split} file (a .json file whose name contains one "
                           f"of {', '.join(EVAL_MARKERS)})")
-    read = dialogues.read_city_dialogues if env == "city" else dialogues.read_lmrl_20q
     for path in files:
         try:
-            games = read(path)
+            games = sources.BUILDERS[env].read_games(path)
         except (OSError, ValueError) as e:
             raise ConfigError(f"config.offline.dataset: {' '.join(str(e).split())}; each file is a JSON list of "
                               f"{FORMATS[env]}") from None

@@ -137,13 +137,13 @@ def test_second_prepare_reuses_the_built_data(built_20q):
 def test_prepare_errors(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ValueError, match="empty: manual_dir holds no .json file"):
+    with pytest.raises(ValueError, match="empty holds no .json dialogue file"):
         sources.prepare("20q", empty, tmp_path / "data")
     with pytest.raises(FileNotFoundError, match="missing: manual_dir does not exist"):
         sources.prepare("20q", tmp_path / "missing", tmp_path / "data")
     only_eval = tmp_path / "only_eval"
     dialogues.write_lmrl_20q(only_eval / "test.json", TRAIN_B)
-    with pytest.raises(ValueError, match="only_eval: no train file"):
+    with pytest.raises(ValueError, match="only_eval has no train file"):
         sources.prepare("20q", only_eval, tmp_path / "data")
     with pytest.raises(ValueError, match="env 'chess': no offline dataset; known: 20q, 20q_subset, city"):
         sources.prepare("chess", empty, tmp_path / "data")
