@@ -47,6 +47,7 @@ from archer_jax import prompts as prompt_formats
 from archer_jax.models.tiny import CAUSAL_KINDS, TINY_PREFIX
 from archer_jax.precision import DTYPES, MATMUL_PRECISIONS
 
+SFT_SOURCES = ("experts", "walkthrough")  # sft.data besides a .jsonl file: the env's scripted demonstrations
 FREE_FORM = ("env.options",)  # keyword arguments for the env: checked by the env's registry entry
 # Every integer key (counts, sizes, seeds) is below this: 32-bit indices and seeds, and no run of
 # 2**31 iterations, transitions or tokens is meant.
@@ -616,12 +617,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_model("model.policy", c.model.policy, CAUSAL_KINDS)
     if agents.get(c.agent).uses_critic(c):
         _check_model("model.critic", c.model.critic, ("roberta",))
-    if not c.sft.steps and c.sft.data not in ("experts", "walkthrough"):
+    if not c.sft.steps and c.sft.data not in SFT_SOURCES:
         raise ConfigError(f"config.sft.data: {c.sft.data} is given but config.sft.steps is 0, so no warm start reads it; "
                           "set --config.sft.steps (> 0) or leave sft.data out")
     if c.sft.steps:
         data = c.sft.data
-        if data not in ("experts", "walkthrough") and not Path(data).expanduser().is_file():
+        if data not in SFT_SOURCES and not Path(data).expanduser().is_file():
             raise ConfigError(f"config.sft.data: {data!r} is not 'experts', 'walkthrough' or an existing .jsonl file")
         if data == "experts":
             for kind in c.sft.experts.split(","):

@@ -149,10 +149,14 @@ def describe_process(index: int) -> str:
     known = _IDENTITIES.get(index)
     details = [f"host {known['host']}", f"pid {known['pid']}"] if known else []
     if index == 0:
-        from jax._src.distributed import global_state
+        try:  # JAX's private state: a JAX without it names the coordinator by its index alone
+            from jax._src.distributed import global_state
 
-        if getattr(global_state, "coordinator_address", None):
-            details.append(f"the coordinator at {global_state.coordinator_address}")
+            address = getattr(global_state, "coordinator_address", None)
+        except ImportError:
+            address = None
+        if address:
+            details.append(f"the coordinator at {address}")
     return f"process {index} of {jax.process_count()}" + (f" ({', '.join(details)})" if details else "")
 
 

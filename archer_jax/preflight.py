@@ -29,7 +29,6 @@ from archer_jax.models import hub
 from archer_jax.models.pretrained import ARCHITECTURES, CAUSAL_LM_TYPES
 from archer_jax.models.tiny import tiny_config, tiny_kind
 
-SFT_SOURCES = ("experts", "walkthrough")
 KERNEL_FILE_SYSTEMS = (Path("/proc"), Path("/sys"))
 # The least a replay transition takes before its texts and tokens are stored: its slot in each
 # column (archer_jax/replay.py, input_pipeline.py): 8-byte references for 3 texts and at least 2
@@ -60,8 +59,11 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def _check_writable_directory(path: Path, what: str) -> None:
-    """``path`` is a writable directory, or can be made one (every ancestor that exists is a
-    directory and the nearest one is writable)."""
+    """``path`` is a writable directory on disk, or can be made one (not under the kernel's
+    /proc or /sys; every ancestor that exists is a directory and the nearest one is writable)."""
+    virtual = next((root for root in KERNEL_FILE_SYSTEMS if path.absolute().is_relative_to(root)), None)
+    if virtual is not None:
+        raise ConfigError(f"{what}: {path} is under {virtual}, the kernel's virtual file system, not a directory on disk")
     existing = _nearest_existing(path)
     if not existing.is_dir():
         in_the_way = "is a file" if existing == path else f"cannot be made: {existing} is a file"
@@ -78,10 +80,6 @@ def check_workdir(workdir: str | os.PathLike) -> None:
         raise ConfigError(f"--workdir: {workdir} is a URL; the workdir is a directory of the file system "
                           "(for a bucket, mount it with gcsfuse and give the mount path: docs/multihost.md)")
     path = Path(workdir).expanduser()
-    virtual = next((root for root in KERNEL_FILE_SYSTEMS if path.absolute().is_relative_to(root)), None)
-    if virtual is not None:
-        raise ConfigError(f"--workdir: {workdir} is under {virtual}, the kernel's virtual file system, "
-                          "not a directory on disk")
     _check_writable_directory(path, "--workdir")
     checkpoints = path / "checkpoints"
     if checkpoints.exists() and not checkpoints.is_dir():
