@@ -122,16 +122,17 @@ class Components:
         critic = self.learner.init_critic() if self.learner.has_critic else None
         return States(self.learner.init_actor(), critic)
 
-    def new_replay(self) -> ReplayBuffer | OfflineReplay:
-        """An empty replay buffer; for an offline agent, its dataset (:mod:`archer_jax.data`)."""
+    def new_replay(self, checkpoint: dict | None = None) -> ReplayBuffer | OfflineReplay:
+        """An empty replay buffer; for an offline agent, its dataset (:mod:`archer_jax.data`;
+        ``checkpoint``: the dataset state a resume restored)."""
         if self.agent.offline:
-            return open_dataset(self.config, self.workdir, self.pipeline)
+            return open_dataset(self.config, self.workdir, self.pipeline, checkpoint)
         return ReplayBuffer(self.config.capacity, seed=self.config.seed)
 
     def resume_replay(self, restored: ReplayBuffer | dict) -> ReplayBuffer | OfflineReplay:
         """The replay a checkpoint restored: its buffer, or an offline run's dataset drawing on
         from the checkpoint's sampler state."""
-        return self.new_replay().resume(restored) if isinstance(restored, dict) else restored
+        return self.new_replay(restored).resume(restored) if isinstance(restored, dict) else restored
 
     def sft_learner(self) -> Learner:
         """A learner whose actor optimizer runs at ``config.sft.lr`` (for the warm start)."""

@@ -96,10 +96,7 @@ class OfflineReplay:
     def resume(self, state: dict[str, Any]) -> OfflineReplay:
         """Continues the draws a checkpoint's :meth:`save` recorded; the dataset must be made of the
         same files (a checkpoint that did not record them: of the same size)."""
-        if state.get("files") is not None and self.files is not None and state["files"] != self.files:
-            raise ConfigError(f"config.offline.dataset: the dataset's files changed since the checkpoint "
-                              f"({_file_list(state['files'])} then, {_file_list(self.files)} now); "
-                              "put the checkpoint's files back, or use a new --workdir")
+        _check_unchanged(state, self.files)
         if state.get("size") != self.size:
             raise ConfigError(f"the offline dataset changed since the checkpoint: {self.name} has {self.size} transitions, "
                               f"the checkpoint's had {state.get('size')} ({state.get('name')}); use a new --workdir")
@@ -112,6 +109,14 @@ def _contents(files: dict[str, Any] | None) -> dict[str, list] | None:
     if files is None:
         return None
     return {split: [[f["name"], f["bytes"], f["sha256"]] for f in entries] for split, entries in sorted(files.items())}
+
+
+def _check_unchanged(state: dict[str, Any], files: dict[str, list] | None) -> None:
+    """A checkpoint's dataset ``state`` names the same ``files`` (:func:`_contents`) where both are known."""
+    if state.get("files") is not None and files is not None and state["files"] != files:
+        raise ConfigError(f"config.offline.dataset: the dataset's files changed since the checkpoint "
+                          f"({_file_list(state['files'])} then, {_file_list(files)} now); "
+                          "put the checkpoint's files back, or use a new --workdir")
 
 
 def _file_list(files: dict[str, list]) -> str:
@@ -226,8 +231,10 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def open_dataset(config, workdir: str | os.PathLike, pipeline) -> OfflineReplay:
-    """The run's offline dataset (built with TFDS on first use) as an :class:`OfflineReplay`."""
+def open_dataset(config, workdir: str | os.PathLike, pipeline, checkpoint: dict[str, Any] | None = None) -> OfflineReplay:
+    """The run's offline dataset (built with TFDS on first use) as an :class:`OfflineReplay`; a
+    resume passes its ``checkpoint``'s dataset state, and files changed since are refused before
+    the build they were made into is touched."""
     from archer_jax import distributed
     from archer_jax.data import sources
 
@@ -236,7 +243,10 @@ def open_dataset(config, workdir: str | os.PathLike, pipeline) -> OfflineReplay:
     env = dataset_env(config)
     data_dir = Path(c.data_dir).expanduser() if c.data_dir else workdir / "offline" / "tfds"
     if distributed.is_primary():  # one host builds, every host reads
-        sources.prepare(env, manual_dir(config, workdir), data_dir)
+        given = manual_dir(config, workdir)
+        if checkpoint is not None:
+            _check_unchanged(checkpoint, _contents(sources.fingerprint(given)))
+        sources.prepare(env, given, data_dir)
     distributed.barrier("archer_jax: offline dataset built")
     source = sources.data_source(env, data_dir, split=c.split)
     data = OfflineReplay(source, pipeline, name=f"{env}:{c.split} in {data_dir}", seed=config.seed,

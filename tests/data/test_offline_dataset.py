@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from archer_jax import preflight, train
-from archer_jax.data import dialogues
-from archer_jax.data.offline_replay import open_dataset, saved_state
+from archer_jax.data import dialogues, sources
+from archer_jax.data.offline_replay import dataset_env, open_dataset, saved_state
 from archer_jax.errors import ConfigError
 from tests.train.test_offline_app import offline_micro
 
@@ -66,6 +66,11 @@ def test_a_checkpoint_refuses_files_that_changed_since(tmp_path):
     changed = games(4)
     changed[0]["word"] = ["Cat"]  # as many transitions as before: only the contents differ
     dialogues.write_lmrl_20q(path, changed)
+    build = (dataset_env(c), workdir / "offline" / "tfds")
+    before = sources.built_from(*build)
+    with pytest.raises(ConfigError, match="files changed since the checkpoint"):
+        open_dataset(c, workdir, None, checkpoint=state)  # a resume: refused before its build is touched
+    assert sources.built_from(*build) == before
     with pytest.raises(ConfigError) as err:
         open_dataset(c, workdir, None).resume(state)
     message = str(err.value)
