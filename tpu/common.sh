@@ -72,10 +72,13 @@ run() {
   fi
 }
 
-# On a worker: the trainer tpu/launch.sh started there (~/archer_jax_train.pid), in $pid; the
-# test fails when that process is no longer a trainer (it ended, or its pid was reused).
+# On a worker, TRAINER_ALIVE: process $pid is still a trainer (it fails once the process ended or
+# its pid was reused); TRAINER_RUNNING: the trainer tpu/launch.sh started there
+# (~/archer_jax_train.pid, read into $pid) is alive.
 # shellcheck disable=SC2016,SC2034  # expanded on the workers; used by launch.sh and stop.sh
-TRAINER_RUNNING='pid=$(cat ~/archer_jax_train.pid 2>/dev/null) && grep -qs archer_jax.train "/proc/$pid/cmdline"'
+TRAINER_ALIVE='grep -qs archer_jax.train "/proc/$pid/cmdline"'
+# shellcheck disable=SC2016,SC2034
+TRAINER_RUNNING='pid=$(cat ~/archer_jax_train.pid 2>/dev/null) && '"$TRAINER_ALIVE"
 
 # `gcloud compute tpus tpu-vm ssh` on WORKER (all, or an index) with a remote COMMAND.
 ssh_workers() {

@@ -28,7 +28,7 @@ done
 # shellcheck disable=SC2016  # expanded on the workers
 signal='kill -TERM "$pid" && echo "$(hostname): sent SIGTERM to the trainer (pid $pid): it saves a checkpoint and exits"'
 # shellcheck disable=SC2016
-wait_for='{ while grep -qs archer_jax.train "/proc/$pid/cmdline"; do sleep 1; done; echo "$(hostname): the trainer has exited (tpu/logs.sh shows its last lines)"; }'
+wait_for='{ while '"$TRAINER_ALIVE"'; do sleep 1; done; echo "$(hostname): the trainer has exited (tpu/logs.sh shows its last lines)"; }'
 # shellcheck disable=SC2016
 none='echo "$(hostname): no trainer is running"'
 if ((WAIT)); then signal="$signal && $wait_for"; fi
