@@ -333,7 +333,7 @@ def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: LoopState, resume
     report.write_summary(workdir, summary)
     report.plot_learning_curve(workdir, evals, f"{c.agent} on {c.env.name}", sft=bool(loop.sft),
                                optimum=report.optimal_return(c.env.name, c.env.max_turns),
-                               offline=agents.AGENTS[c.agent].offline)
+                               offline=agents.get(c.agent).offline)
     log.info("eval return %.3f -> %.3f (success %.2f -> %.2f); wrote %s and %s%s", summary["eval_return_before"],
              summary["eval_return_after"], summary["eval_success_before"], summary["eval_success_after"],
              workdir / report.SUMMARY, workdir / report.CURVE, _SMOKE_TEST if _is_micro(c) else "")

@@ -244,9 +244,10 @@ def open_dataset(config, workdir: str | os.PathLike, pipeline, checkpoint: dict[
     data_dir = Path(c.data_dir).expanduser() if c.data_dir else workdir / "offline" / "tfds"
     if distributed.is_primary():  # one host builds, every host reads
         given = manual_dir(config, workdir)
+        files = sources.fingerprint(given)  # hashed once: compared with the checkpoint's, then the build's
         if checkpoint is not None:
-            _check_unchanged(checkpoint, _contents(sources.fingerprint(given)))
-        sources.prepare(env, given, data_dir)
+            _check_unchanged(checkpoint, _contents(files))
+        sources.prepare(env, given, data_dir, files)
     distributed.barrier("archer_jax: offline dataset built")
     source = sources.data_source(env, data_dir, split=c.split)
     data = OfflineReplay(source, pipeline, name=f"{env}:{c.split} in {data_dir}", seed=config.seed,

@@ -73,13 +73,15 @@ def built_from(env: str, data_dir: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def prepare(env: str, manual_dir: str | Path, data_dir: str | Path) -> tfds.core.DatasetBuilder:
+def prepare(env: str, manual_dir: str | Path, data_dir: str | Path,
+            files: dict[str, Any] | None = None) -> tfds.core.DatasetBuilder:
     """Builds ``env``'s dataset from the files of ``manual_dir`` into ``data_dir`` unless it is built
-    from the very same files (:func:`fingerprint`); returns the builder."""
+    from the very same files (their :func:`fingerprint`, given as ``files`` when the caller has it);
+    returns the builder."""
     built = builder(env, data_dir)
     manual_dir = Path(manual_dir).expanduser()
     splits = manual_splits(manual_dir)  # one-line errors before TFDS's own
-    files = fingerprint(manual_dir)
+    files = fingerprint(manual_dir) if files is None else files
     if built.is_prepared():
         recorded = built_from(env, data_dir)
         if recorded == files:
