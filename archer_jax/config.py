@@ -8,10 +8,15 @@ Config files (``configs/*.py``) start from :func:`base_config` and change values
         c.env.name = "guess_my_city"
         return c
 
-Groups: the top level is the training loop's (``train.py`` and the agents); ``c.model`` builds
-the networks; ``c.env`` the environments; ``c.sampling`` is :class:`~archer_jax.sampling.SamplingParams`
-and ``c.learner`` :class:`~archer_jax.learners.LearnerConfig` (``LearnerConfig(**c.learner)``);
-``c.sft`` the warm start; ``c.mesh`` the device mesh. The defaults are the paper's online setting
+Groups: the top level is the training loop's (``train.py``) and the agents' step counts;
+``c.model`` builds the networks; ``c.env`` the environments; ``c.sampling`` is
+:class:`~archer_jax.sampling.SamplingParams`; ``c.learner`` is
+:class:`~archer_jax.learners.learner_config.LearnerConfig` with offline ArCHer's
+:class:`~archer_jax.learners.offline_archer.IQLConfig`; ``c.ppo`` is
+:class:`~archer_jax.learners.ppo.PPOConfig`; ``c.sft`` the warm start; ``c.mesh`` the device mesh.
+The groups with a dataclass, and each agent's top-level keys (its ``Config`` in
+:mod:`archer_jax.agents`), take their defaults from those dataclasses, which also hold their checks:
+:func:`validate` constructs them and reports their ValueError as the one-line ConfigError. The defaults are the paper's online setting
 for Twenty Questions; ``docs/algorithms.md`` lists each key beside its name in the official code.
 Keys renamed since 0.1 are in :data:`RENAMED`: a config or command line that uses one fails
 with one line naming the new key.
@@ -27,6 +32,7 @@ workdir, the devices or the models' ``config.json``.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.util
 import math
@@ -35,17 +41,24 @@ from pathlib import Path
 import ml_collections
 
 from archer_jax import agents
+from archer_jax.agents import archer as archer_agent
+from archer_jax.agents import chai as chai_agent
+from archer_jax.agents import filtered_bc as filtered_bc_agent
+from archer_jax.agents import ppo as ppo_agent
 from archer_jax.envs import registry as envs
 from archer_jax.envs.experts import EXPERTS
 from archer_jax.errors import ConfigError
-from archer_jax.learners import registry as actor_losses
 from archer_jax.learners.critic import EMBEDDINGS
+from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
+from archer_jax.learners.offline_archer import IQLConfig
+from archer_jax.learners.ppo import PPOConfig
 from archer_jax.models import hub
 from archer_jax.models.layers import REMAT_POLICIES
 from archer_jax import prompts as prompt_formats
 from archer_jax.models.tiny import CAUSAL_KINDS, TINY_PREFIX
 from archer_jax.precision import DTYPES, MATMUL_PRECISIONS
+from archer_jax.sampling import SamplingParams
 
 SFT_SOURCES = ("experts", "walkthrough")  # sft.data besides a .jsonl file: the env's scripted demonstrations
 FREE_FORM = ("env.options",)  # keyword arguments for the env: checked by the env's registry entry
@@ -68,6 +81,26 @@ RENAMED = {
 }
 
 
+# The config groups built from dataclasses: (group, its dataclasses, the fields that are no keys).
+GROUPS = (("learner", (LearnerConfig, IQLConfig), ()), ("ppo", (PPOConfig,), ("temperature",)),
+          ("sampling", (SamplingParams,), ("greedy", "stop_strings", "stop_at_eos")))
+# The agents' top-level keys (step counts and the like), from their Config dataclasses.
+AGENT_KEYS = (archer_agent.Config, chai_agent.Config, filtered_bc_agent.Config, ppo_agent.Config)
+
+
+def dataclass_defaults(cls: type, skip: tuple[str, ...] = ()) -> dict:
+    """``cls``'s fields and defaults, without its key groups (fields with ``group`` metadata)."""
+    instance = cls()
+    return {f.name: getattr(instance, f.name) for f in dataclasses.fields(cls)
+            if not f.metadata.get("group") and f.name not in skip}
+
+
+def _group(name: str) -> ml_collections.ConfigDict:
+    """The config group ``name`` of :data:`GROUPS`, from its dataclasses' defaults."""
+    classes, skip = next((classes, skip) for group, classes, skip in GROUPS if group == name)
+    return ml_collections.ConfigDict({k: v for cls in classes for k, v in dataclass_defaults(cls, skip).items()})
+
+
 def base_config() -> ml_collections.ConfigDict:
     """Every config key with the paper's online defaults for Twenty Questions."""
     c = ml_collections.ConfigDict()
@@ -86,15 +119,10 @@ def base_config() -> ml_collections.ConfigDict:
     # keys, 8 x 32); the learner cuts them into micro-batches by memory: learner.micro_batch_size.
     c.batch_size = 8
     c.grad_accum_steps = 32
-    c.critic_steps = 50  # critic optimizer steps per iteration
-    c.actor_steps = 3  # actor optimizer steps per iteration, after warmup_iter
-    c.bc_steps = 50  # filtered BC: optimizer steps per iteration
-    c.warmup_iter = 20  # iterations that train the critic only
-    c.chai_samples = 5  # CHAI: candidate actions per state
-    c.filtered_bc_fraction = 0.1  # filtered BC: top fraction of trajectories kept
-    # Rollouts per game: rollout_size / k games, each played k times (GRPO's groups; 1 = every
-    # dialogue its own game).
-    c.rollout_group_size = 1
+    # The agents' keys: critic_steps, actor_steps, warmup_iter (ArCHer's), chai_samples (CHAI's),
+    # bc_steps, filtered_bc_fraction (filtered BC's), rollout_group_size (GRPO's groups).
+    for cls in AGENT_KEYS:
+        c.update(dataclass_defaults(cls))
 
     # Bookkeeping.
     c.eval_freq = 25  # iterations between greedy evaluations (0 = only before and at the end)
@@ -141,24 +169,10 @@ def base_config() -> ml_collections.ConfigDict:
         workers=0,  # worker processes for the env pool; 0 = in-process
         timeout_s=120.0,  # a worker silent this long is restarted
     ))
-    c.sampling = ml_collections.ConfigDict(dict(max_new_tokens=32, temperature=1.0, top_k=0, top_p=1.0))  # top_k 0 = off
-    c.learner = ml_collections.ConfigDict(dict(
-        gamma=0.95, tau=0.1, critic_lr=2e-5, actor_lr=1e-6,
-        # Each network's gradient is clipped to this global norm: > 0, always on (as in the official
-        # code). 0 or less is refused rather than taken as "off" (in PyTorch a 0 norm would zero
-        # every gradient, not skip clipping); a huge value such as 1e9 never clips.
-        max_grad_norm=1.0,
-        actor_loss="actor_pg",  # a name in archer_jax.learners.registry
-        # Transitions per scanned micro-batch of a step: "auto" (the largest that fits the device,
-        # from the compiled step's memory analysis; on CPUs at most batch_size, faster there) or a
-        # number that cuts every step's batch evenly (8 = the official layout). Only memory and
-        # speed depend on it, not the update.
-        micro_batch_size=ml_collections.FieldReference(AUTO, field_type=object),
-        # Offline ArCHer (OfflineArcher's values): V's expectile (0.5 = the SARSA variant), V's target
-        # (min: min of the target Qs, IQL's; paired: each V_i its own Q̄_i, OfflineArcher's code),
-        # and the AWR actor's β (OfflineArcher's inv_temp) and weight clip.
-        expectile=0.9, iql_v_target="min", awr_beta=1.0, awr_clip=100.0,
-    ))
+    c.sampling = _group("sampling")  # SamplingParams' keys (top_k 0 = off)
+    c.learner = _group("learner")  # LearnerConfig's and IQLConfig's keys
+    # "auto" or a number: a reference that takes either type.
+    c.learner.micro_batch_size = ml_collections.FieldReference(c.learner.micro_batch_size, field_type=object)
     # The offline agents' dataset (archer_jax/data): dialogue files in the env's format (a directory
     # or one .json: LMRL-Gym's for 20Q, the official one for Guess My City), built once with TFDS
     # into data_dir (default: the workdir's). Empty dataset: generated from the embedded env's
@@ -171,11 +185,7 @@ def base_config() -> ml_collections.ConfigDict:
     # (archer_jax/learners/advantages.py). The paper's Table 2 names PPO's epochs, GAE lambda and
     # clip range; these defaults are PPO's usual values (Schulman et al. 2017) and RAGEN's for its
     # archer estimator (high_level_gamma 0.95, alpha 0.1).
-    c.ppo = ml_collections.ConfigDict(dict(
-        adv_estimator="gae", epochs=4, clip=0.2, value_clip=0.2, vf_coef=0.5, kl_coef=0.0,
-        gamma=1.0, lam=0.95, high_level_gamma=0.95, archer_alpha=0.1, whiten=True, value_head="separate",
-        critic_baseline=False,
-    ))
+    c.ppo = _group("ppo")  # PPOConfig's keys
     c.sft = ml_collections.ConfigDict(dict(
         steps=0,  # 0 = no warm start
         lr=1e-4,
@@ -460,10 +470,7 @@ def _check_keys(config: ml_collections.ConfigDict) -> dict:
 def _check_micro_batch_size(c: ml_collections.ConfigDict) -> None:
     """``learner.micro_batch_size``: "auto", or a number that cuts the step batches evenly."""
     key = "config.learner.micro_batch_size"
-    try:
-        size = parse_micro_batch_size(c.learner.micro_batch_size)
-    except ValueError:
-        raise ConfigError(f"{key}: must be 'auto' or a positive integer, got {c.learner.micro_batch_size!r}") from None
+    size = parse_micro_batch_size(c.learner.micro_batch_size)  # a valid value (LearnerConfig checked it)
     batches = {"batch_size x grad_accum_steps": c.batch_size * c.grad_accum_steps}
     if c.sft.steps:
         batches["sft.batch_size"] = c.sft.batch_size
@@ -472,24 +479,11 @@ def _check_micro_batch_size(c: ml_collections.ConfigDict) -> None:
             raise ConfigError(f"{key}: {size} does not cut the step batch of {batch} transitions ({name}) evenly")
 
 
-def _check_offline(c: ml_collections.ConfigDict, given: dict) -> None:
-    """The offline agents' keys, AWR's and the offline-to-online handover's."""
+def _check_data(c: ml_collections.ConfigDict) -> None:
+    """The dataset keys of an agent that learns from one, and the offline-to-online handover's."""
     from archer_jax.data.offline_replay import DATASET_ENVS
-    from archer_jax.learners.offline_archer import V_TARGETS
 
-    if not 0 < given["learner.expectile"] < 1:
-        raise ConfigError(f"config.learner.expectile: must be in (0, 1), got {given['learner.expectile']}")
-    if c.learner.iql_v_target not in V_TARGETS:
-        raise ConfigError(f"config.learner.iql_v_target: unknown value {c.learner.iql_v_target!r}; known: {', '.join(V_TARGETS)}")
-    if not (math.isfinite(given["learner.awr_clip"]) and given["learner.awr_clip"] > 0):
-        raise ConfigError(f"config.learner.awr_clip: must be finite and > 0, got {given['learner.awr_clip']}")
-    if not math.isfinite(given["learner.awr_beta"]) or given["learner.awr_beta"] < 0:
-        raise ConfigError(f"config.learner.awr_beta: must be finite and >= 0, got {given['learner.awr_beta']}")
-    offline = agents.get(c.agent).offline
-    if (c.learner.actor_loss == "awr" and not offline) or (c.agent == "offline_archer" and c.learner.actor_loss != "awr"):
-        raise ConfigError(f"config.learner.actor_loss: offline_archer's actor is 'awr', which weighs a dataset's actions "
-                          f"and suits offline agents only (agent {c.agent!r}, actor_loss {c.learner.actor_loss!r})")
-    if offline:
+    if not agents.get(c.agent).learns_from_rollouts:
         if c.env.name not in DATASET_ENVS:
             raise ConfigError(f"config.env.name: offline agents have datasets for {', '.join(DATASET_ENVS)}, not {c.env.name!r}")
         if c.offline.dataset and not Path(c.offline.dataset).expanduser().exists():
@@ -521,41 +515,30 @@ def _check_offline(c: ml_collections.ConfigDict, given: dict) -> None:
                               "python -m archer_jax.import_official trainer.pt --out DIR)")
 
 
-def _check_ppo(c: ml_collections.ConfigDict, given: dict) -> None:
-    """PPO's keys and the rollout groups (GRPO's)."""
-    from archer_jax.learners import advantages
-    from archer_jax.learners.ppo import VALUE_HEADS
-
-    if c.ppo.adv_estimator not in advantages.ESTIMATORS:
-        raise ConfigError(f"config.ppo.adv_estimator: unknown value {c.ppo.adv_estimator!r}; known: "
-                          f"{', '.join(advantages.ESTIMATORS)}")
-    if c.ppo.value_head not in VALUE_HEADS:
-        raise ConfigError(f"config.ppo.value_head: unknown value {c.ppo.value_head!r}; known: {', '.join(VALUE_HEADS)}")
-    if given["ppo.epochs"] < 1:
-        raise ConfigError(f"config.ppo.epochs: must be >= 1, got {given['ppo.epochs']}")
-    if not 0 < given["ppo.clip"] < 1:
-        raise ConfigError(f"config.ppo.clip: must be in (0, 1), got {given['ppo.clip']}")
-    for key in ("ppo.value_clip",):
-        if not (math.isfinite(given[key]) and given[key] > 0):
-            raise ConfigError(f"config.{key}: must be finite and > 0, got {given[key]}")
-    for key in ("ppo.vf_coef", "ppo.kl_coef"):
-        if not (math.isfinite(given[key]) and given[key] >= 0):
-            raise ConfigError(f"config.{key}: must be finite and >= 0, got {given[key]}")
-    for key in ("ppo.gamma", "ppo.lam", "ppo.high_level_gamma", "ppo.archer_alpha"):
-        if not 0 <= given[key] <= 1:
-            raise ConfigError(f"config.{key}: must be in [0, 1], got {given[key]}")
-    if c.agent == "ppo" and c.ppo.value_head == "separate" and c.model.lora.rank:
-        raise ConfigError("config.ppo.value_head: 'separate' copies the policy's weights, which a LoRA policy "
-                          f"(model.lora.rank {c.model.lora.rank}) keeps frozen; use shared or detached")
-    if c.ppo.critic_baseline and not advantages.get(c.ppo.adv_estimator).needs_critic:
-        raise ConfigError(f"config.ppo.critic_baseline: only archer_hierarchical reads the utterance critic, "
-                          f"not adv_estimator {c.ppo.adv_estimator!r}")
+def _check_rollout_groups(c: ml_collections.ConfigDict, given: dict) -> None:
+    """Rollout groups cut ``rollout_size``; PPO's separate value model needs the policy's weights to train."""
     k = given["rollout_group_size"]
     if k < 1 or c.rollout_size % k:
         raise ConfigError(f"config.rollout_group_size: must be >= 1 and divide rollout_size ({c.rollout_size}), got {k}")
-    if c.agent == "ppo" and advantages.get(c.ppo.adv_estimator).needs_groups and k < 2:
-        raise ConfigError(f"config.rollout_group_size: adv_estimator {c.ppo.adv_estimator!r} compares rollouts of "
-                          f"one game, so it needs at least 2 per game (got {k}); e.g. --config.rollout_group_size=4")
+    if c.agent == "ppo" and c.ppo.value_head == "separate" and c.model.lora.rank:
+        raise ConfigError("config.ppo.value_head: 'separate' copies the policy's weights, which a LoRA policy "
+                          f"(model.lora.rank {c.model.lora.rank}) keeps frozen; use shared or detached")
+
+
+def _construct(c: ml_collections.ConfigDict):
+    """Every config dataclass of ``c``: the groups' (:data:`GROUPS`), then the agent's ``Config``,
+    which it returns; a ValueError becomes the ConfigError naming the key."""
+    for name, classes, skip in GROUPS:
+        for cls in classes:
+            keys = set(dataclass_defaults(cls, skip))
+            try:
+                cls(**{k: v for k, v in c[name].items() if k in keys})
+            except ValueError as e:
+                raise ConfigError(f"config.{name}.{e}") from None
+    try:
+        return agents.get(c.agent).config_of(c)
+    except ValueError as e:
+        raise ConfigError(f"config.{e}") from None
 
 
 def _check_int_bounds(given: dict) -> None:
@@ -582,7 +565,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
                 raise ConfigError(f"config.{key}: must be {'>= 0' if zero else '> 0'}, got {value}")
 
     choice("agent", tuple(agents.AGENTS))
-    choice("learner.actor_loss", tuple(actor_losses.ACTOR_LOSSES))
     choice("model.critic_embedding", EMBEDDINGS)
     choice("model.dtype", DTYPES)
     choice("model.matmul_precision", MATMUL_PRECISIONS)
@@ -592,30 +574,24 @@ def validate(config: ml_collections.ConfigDict) -> None:
     choice("model.prompt_format", tuple(prompt_formats.PROMPT_FORMATS))
     envs.check(c.env.name)
     _check_lora(c.model.lora)
-    positive("iterations", "rollout_size", "eval_size", "capacity", "batch_size", "grad_accum_steps", "chai_samples",
+    positive("iterations", "rollout_size", "eval_size", "capacity", "batch_size", "grad_accum_steps",
              "keep_checkpoints", "max_nonfinite_steps", "sampling.max_new_tokens", "sampling.temperature",
              "model.max_prompt_length", "model.max_critic_length", "env.max_turns", "env.timeout_s",
-             "learner.critic_lr", "learner.actor_lr", "sft.lr", "sft.batch_size", "sft.dialogues")
-    positive("critic_steps", "actor_steps", "bc_steps", "warmup_iter", "eval_freq", "save_freq", "sampling.top_k",
-             "env.workers", "sft.steps", "seed", "sft.seed", "offline.generate_seed", zero=True)
+             "sft.lr", "sft.batch_size", "sft.dialogues")
+    positive("eval_freq", "save_freq", "sampling.top_k", "env.workers", "sft.steps", "seed", "sft.seed",
+             "offline.generate_seed", zero=True)
     _check_int_bounds(given)
+    if not 0 < given["sampling.top_p"] <= 1:
+        raise ConfigError(f"config.sampling.top_p: must be in (0, 1], got {given['sampling.top_p']}")
+    agent_config = _construct(c)  # the dataclasses' checks: learner, ppo, sampling, the agent's keys
     _check_micro_batch_size(c)
-    if not 0 <= given["learner.gamma"] <= 1:
-        raise ConfigError(f"config.learner.gamma: must be in [0, 1], got {given['learner.gamma']}")
-    for key in ("learner.tau", "filtered_bc_fraction", "sampling.top_p"):
-        if not 0 < given[key] <= 1:  # tau = 0: the target critic would never move
-            raise ConfigError(f"config.{key}: must be in (0, 1], got {given[key]}")
-    norm = given["learner.max_grad_norm"]
-    if not (math.isfinite(norm) and norm > 0):  # clipping is always on (see base_config)
-        raise ConfigError(f"config.learner.max_grad_norm: must be finite and > 0 (clipping cannot be turned off; "
-                          f"a huge value such as 1e9 never clips), got {norm}")
     for axis in ("data", "fsdp", "tensor"):
         if c.mesh[axis] == 0 or c.mesh[axis] < -1:
             raise ConfigError(f"config.mesh.{axis}: must be -1 (all remaining devices) or >= 1, got {c.mesh[axis]}")
-    _check_offline(c, given)
-    _check_ppo(c, given)
+    _check_data(c)
+    _check_rollout_groups(c, given)
     _check_model("model.policy", c.model.policy, CAUSAL_KINDS)
-    if agents.get(c.agent).uses_critic(c):
+    if agents.get(c.agent).networks_for(agent_config).critic:
         _check_model("model.critic", c.model.critic, ("roberta",))
     if not c.sft.steps and c.sft.data not in SFT_SOURCES:
         raise ConfigError(f"config.sft.data: {c.sft.data} is given but config.sft.steps is 0, so no warm start reads it; "

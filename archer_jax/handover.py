@@ -27,7 +27,7 @@ from archer_jax.learners.train_state import States
 from archer_jax.models.weight_rules import MappingError
 
 if TYPE_CHECKING:
-    from archer_jax.components import Components
+    from archer_jax.agents.agent import Agent
 
 log = logging.getLogger("archer_jax")
 
@@ -41,7 +41,7 @@ def checkpoint_directory(init_from: str | Path) -> Path:
     return directory
 
 
-def initial_states(run: Components, states: States, init_from: str | Path) -> States:
+def initial_states(agent: Agent, states: States, init_from: str | Path) -> States:
     """``states`` with the policy (and critic) of the newest checkpoint in ``init_from``."""
     directory = checkpoint_directory(init_from)
     checkpoints = Checkpoints(directory)
@@ -59,26 +59,26 @@ def initial_states(run: Components, states: States, init_from: str | Path) -> St
                           f"(same model.* keys needed): {first}") from None
     finally:
         checkpoints.close()
-    new_actor = run.learner.init_actor(actor.params)
-    new_critic = run.learner.init_critic(critic.params, critic.target) if with_critic else states.critic
+    new_actor = agent.init_actor(actor.params)
+    new_critic = agent.init_critic(critic.params, critic.target) if with_critic else states.critic
     log.info("started from %s step %d: policy%s; fresh optimizers", directory, step,
              " and critic" if with_critic else " (the critic starts fresh)" if states.critic is not None else "")
     return States(new_actor, new_critic)
 
 
-def critic_from_file(run: Components, states: States, path: str | Path) -> States:
+def critic_from_file(agent: Agent, states: States, path: str | Path) -> States:
     """``states`` with the critic and target critic of an official critic file (official names
     under ``critic.`` and ``target_critic.``); a fresh optimizer."""
     from safetensors.numpy import load_file
 
     if states.critic is None:
-        raise ConfigError(f"config.model.critic_init: agent {run.config.agent!r} has no critic to start")
+        raise ConfigError(f"config.model.critic_init: agent {agent.name!r} has no critic to start")
     path = Path(path).expanduser()
     try:
         tensors = load_file(path)
     except Exception as e:  # noqa: BLE001 - safetensors raises several kinds for a bad file
         raise ConfigError(f"config.model.critic_init: cannot read {path}: {e}") from None
-    config = run.encoder_config  # the critic encoder's RobertaConfig
+    config = agent.parts.encoder_config  # the critic encoder's RobertaConfig
     template = states.critic.params
     try:
         params = official_critic.params(tensors, template, config, "critic.")
@@ -86,4 +86,4 @@ def critic_from_file(run: Components, states: States, path: str | Path) -> State
     except MappingError as e:
         raise ConfigError(f"config.model.critic_init: {path}: {e}") from None
     log.info("started the critic and its target from the official critic %s; a fresh optimizer", path)
-    return States(states.actor, run.learner.init_critic(params, target))
+    return States(states.actor, agent.init_critic(params, target))

@@ -1,13 +1,16 @@
-"""Host-side tokenization of a run's text, in one place: episodes to replay rows, texts to rows.
+"""The run's input pipeline: text to token rows, and token rows to learner batches.
 
     pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, max_prompt_length=512,
                              max_critic_length=512, max_action_length=32)
     replay.add(**pipeline.transitions(episodes, first_episode=0))
-    rows = pipeline.critic_rows(["Is it an animal?"])
+    batch = pipeline.critic_batch(replay.sample(256), pi_action_rows)
+    batch = pipeline.policy_batch(replay.sample(256))
 
 The replay buffer keeps every transition's texts with their token rows in the policy's and the
 critic's tokenizers, so learner batches (:mod:`archer_jax.learners.batches`) only pad and lay
-out rows. Observations are truncated from the left (the latest turns matter most); an action is
+out rows: :meth:`InputPipeline.critic_batch`, :meth:`~InputPipeline.policy_batch`,
+:meth:`~InputPipeline.dataset_actor_batch`, and PPO's dialogue rows
+(:meth:`~InputPipeline.dialogue_rows`, :mod:`archer_jax.dialogue_rows`). Observations are truncated from the left (the latest turns matter most); an action is
 tokenized on its own with the stop string, as the sampler produced it.
 """
 
@@ -15,13 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from archer_jax.models.tokenizer import action_rows, next_power_of_two, token_rows
+from archer_jax.dialogue_rows import DialogueRows
+from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch, actor_batch, bc_batch, critic_batch, pad
+from archer_jax.models.tokenizer import Tokens, action_rows, next_power_of_two, token_rows
 from archer_jax.prompts import PROMPT_FORMATS, Prompter
-from archer_jax.rollout import Episode
+
+if TYPE_CHECKING:  # only for type hints: rollouts are played above the pipeline
+    from archer_jax.rollout import Episode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,3 +102,38 @@ class InputPipeline:
             rows.update(critic_observation=self.critic_rows(observations), critic_action=self.critic_rows(actions),
                         critic_next_observation=self.critic_rows(next_observations))
         return rows
+
+    # ---- learner batches from token rows ------------------------------------------------------
+
+    def critic_batch(self, sample: dict, pi_actions: Sequence[np.ndarray]) -> CriticBatch:
+        """A replay sample's transitions with ``a_π`` (critic token rows), as a critic batch."""
+        return critic_batch(self.critic_tokenizer, sample["critic_observation"], sample["critic_action"],
+                            sample["critic_next_observation"], pi_actions, sample["reward"], sample["terminal"],
+                            max_length=self.max_critic_length, min_action_bucket=self.action_bucket)
+
+    def policy_batch(self, sample: dict) -> BCBatch:
+        """A replay sample's observations and actions in policy tokens (BC, and PPO's rows)."""
+        return self.policy_rows_batch(sample["policy_observation"], sample["policy_action"])
+
+    def policy_rows_batch(self, observations: Sequence[np.ndarray], actions: Sequence[np.ndarray]) -> BCBatch:
+        """Observation rows (left-padded) and action rows (right-padded), as a BC batch."""
+        return bc_batch(self.policy_tokenizer, observations, actions, max_length=self.max_prompt_length,
+                        max_action_length=self.max_action_length, min_action_bucket=self.action_bucket)
+
+    def dataset_actor_batch(self, sample: dict) -> ActorBatch:
+        """An actor batch of a dataset's own actions (offline ArCHer's AWR), in both tokenizers."""
+        policy = self.policy_batch(sample)
+        return actor_batch(policy.observation, policy.action, self.critic_tokenizer, sample["critic_observation"],
+                           sample["critic_action"], max_length=self.max_critic_length,
+                           min_action_bucket=self.action_bucket)
+
+    def critic_tokens(self, rows: Sequence[np.ndarray], *, action: bool = False) -> Tokens:
+        """Critic token rows padded (``action``: to at least the action bucket)."""
+        return pad(self.critic_tokenizer, rows, self.max_critic_length,
+                   **({"min_bucket": self.action_bucket} if action else {}))
+
+    def dialogue_rows(self, episodes: np.ndarray, action_lengths: np.ndarray) -> DialogueRows:
+        """Where each transition's action tokens sit when its dialogue's turns are laid out as one
+        row (PPO's token-level estimators): ``episodes`` each transition's dialogue, grouped and in
+        turn order."""
+        return DialogueRows.of(episodes, action_lengths)

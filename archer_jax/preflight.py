@@ -123,7 +123,7 @@ def check_offline_data(config: ml_collections.ConfigDict) -> None:
     """An offline run's TFDS build directory (``config.offline.data_dir``) can be written, and a
     given dataset is a ``.json`` dialogue file or a directory of them that parse as the env's games
     (:func:`archer_jax.data.offline_replay.check_dataset`)."""
-    if not agents.get(config.agent).offline:
+    if agents.get(config.agent).learns_from_rollouts:
         return
     if config.offline.data_dir:
         _check_writable_directory(Path(config.offline.data_dir).expanduser(), "config.offline.data_dir")
@@ -169,7 +169,8 @@ def check_models(config: ml_collections.ConfigDict) -> None:
     """The policy's ``config.json`` describes a causal LM (GPT-2 or the Llama family) with room for
     a prompt next to ``sampling.max_new_tokens``; the critic's (when the agent has one) a RoBERTa."""
     roles = [("model.policy", config.model.policy, CAUSAL_LM_TYPES)]
-    if agents.get(config.agent).uses_critic(config):
+    agent = agents.get(config.agent)
+    if agent.networks_for(agent.config_of(config)).critic:
         roles.append(("model.critic", config.model.critic, ("roberta",)))
     _check_hub_reachable(roles)
     for key, name, kinds in roles:

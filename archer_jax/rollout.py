@@ -10,6 +10,13 @@ which other games are still running). An action of None
 ends its dialogue there, untaken (a walkthrough that has run out, an expert with nothing to say).
 This is the library's one play loop: training rollouts, evaluations and SFT demonstrations all
 come from it.
+
+A run's rollouts and evaluations play an agent's acting rule on its parts' env pool, and store
+the transitions in its replay buffer:
+
+    episodes = rollout.collect(parts, agent.act, states, iteration)
+    rollout.store(parts, replay, episodes, first_episode)
+    episodes = rollout.evaluate(parts, agent.act, states)
 """
 
 from __future__ import annotations
@@ -17,11 +24,25 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from typing import TYPE_CHECKING
+
+import jax
 import numpy as np
 
+from archer_jax import report
+from archer_jax.distributed import concat_gathered, host_share
 from archer_jax.envs.pool import EnvPool
+from archer_jax.parts import EVAL, ROLLOUT
+
+if TYPE_CHECKING:  # only for type hints
+    from archer_jax.learners.train_state import States
+    from archer_jax.parts import Parts
+    from archer_jax.replay import ReplayBuffer
 
 Act = Callable[[list[str], int, list[int]], Sequence[str | None]]
+# An agent's acting rule: (states, observations, key, greedy, rows) -> one utterance each.
+AgentAct = Callable[["States", Sequence[str], jax.Array, bool, Sequence[int]], list[str]]
+EVAL_SEED = 10**6  # evaluation dialogues use fixed seeds, the same every evaluation
 
 
 @dataclasses.dataclass
@@ -122,3 +143,49 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
         "invalid": float(sum(e.invalid for e in episodes) / max(lengths.sum(), 1)),
         "worker_restarts": float(sum(e.worker_restarts for e in episodes)),
     }
+
+
+def _play(parts: Parts, act: AgentAct, states: States, seeds: Sequence[int], key, greedy: bool, label: str,
+          split: str = "train") -> list[Episode]:
+    """Plays ``seeds`` on ``split``'s tasks (this host its share,
+    :func:`archer_jax.distributed.host_share`); every host returns all the episodes, in the order
+    of ``seeds``. Dialogue ``g`` samples with keys folded with ``g``, whichever host plays it."""
+    share = host_share(len(seeds))
+
+    def turn_act(observations: list[str], turn: int, games: list[int]) -> list[str]:
+        rows = [share.start + g for g in games]
+        return act(states, observations, jax.random.fold_in(key, turn), greedy, rows)
+
+    max_turns = parts.config.env.max_turns
+    with report.progress_bar(max_turns, label, "turn") as bar:  # tqdm on a terminal, else a line every 30 s
+        mine = play(parts.pool, turn_act, [seeds[i] for i in share], max_turns=max_turns,
+                    progress=lambda t: bar.update(t - bar.n), split=split,
+                    to_env=parts.pipeline.prompter.env_action) if len(share) else []
+    return concat_gathered(mine)
+
+
+def collect(parts: Parts, act: AgentAct, states: States, iteration: int) -> list[Episode]:
+    """``rollout_size`` dialogues with the agent's acting rule (sampling; CHAI: its choice), on the
+    env's training tasks (``split="train"``: e.g. WebShop's training goals); with
+    ``rollout_group_size`` k > 1, ``rollout_size / k`` games each played k times in a row (the same
+    seed: the same secret word or city), each sampled with its own key."""
+    c = parts.config
+    k = c.rollout_group_size  # rollouts per game (GRPO's groups): rollout_size / k games, each k times
+    seeds = np.repeat(np.random.SeedSequence([c.seed, iteration]).generate_state(c.rollout_size // k), k)
+    return _play(parts, act, states, seeds, parts.key_for(ROLLOUT, iteration), False, f"rollouts {iteration}")
+
+
+def evaluate(parts: Parts, act: AgentAct, states: States) -> list[Episode]:
+    """``eval_size`` greedy dialogues (CHAI: its choice among samples), on the same games in every
+    evaluation and for every run seed, from the env's evaluation tasks (``split="eval"``: e.g.
+    WebShop's evaluation goals; envs without splits play seeds ``EVAL_SEED + i``)."""
+    seeds = [EVAL_SEED + i for i in range(parts.config.eval_size)]
+    return _play(parts, act, states, seeds, parts.key_for(EVAL), True, "eval", split="eval")
+
+
+def store(parts: Parts, replay: ReplayBuffer, episodes: Sequence[Episode], first_episode: int) -> int:
+    """Adds the episodes' transitions (texts and token rows) to ``replay``; returns how many."""
+    rows = parts.pipeline.transitions(episodes, first_episode)
+    if rows:
+        replay.add(**rows)
+    return len(rows.get("observation", ()))

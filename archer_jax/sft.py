@@ -1,7 +1,7 @@
 """The SFT warm start: (observation, action) pairs from scripted experts, a walkthrough or a file.
 
     observations, actions = sft.demonstrations(config)
-    actor_state, metrics = sft.train(learner, actor_state, pipeline, observations, actions, ...)
+    actor_state, metrics = sft.train(bc_step, actor_state, pipeline, observations, actions, ...)
 
 ``config.sft.data``:
   * ``experts``: ``config.sft.dialogues`` dialogues played by the env's scripted experts
@@ -23,8 +23,7 @@ from archer_jax.envs import registry
 from archer_jax.envs.pool import EnvPool
 from archer_jax.errors import ConfigError
 from archer_jax.input_pipeline import InputPipeline
-from archer_jax.learners.batches import bc_batch
-from archer_jax.learners.learner import Learner
+from archer_jax.learners.micro_batching import StepProgram
 from archer_jax.learners.train_state import TrainState
 
 
@@ -109,7 +108,7 @@ def demonstrations(config) -> tuple[list[str], list[str]]:
 
 
 def train(
-    learner: Learner,
+    bc_step: StepProgram,
     state: TrainState,
     pipeline: InputPipeline,
     observations: Sequence[str],
@@ -130,15 +129,8 @@ def train(
     history = []
     for step in range(steps):
         index = rng.integers(0, len(obs_rows), batch_size)
-        batch = bc_batch(
-            pipeline.policy_tokenizer,
-            [obs_rows[i] for i in index],
-            [act_rows[i] for i in index],
-            max_length=pipeline.max_prompt_length,
-            max_action_length=pipeline.max_action_length,
-            min_action_bucket=pipeline.action_bucket,
-        )
-        state, metrics = learner.bc_step(state, batch)
+        batch = pipeline.policy_rows_batch([obs_rows[i] for i in index], [act_rows[i] for i in index])
+        state, metrics = bc_step(state, batch)
         metrics = {k: float(v) for k, v in metrics.items()}
         history.append(metrics)
         if progress is not None:

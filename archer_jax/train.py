@@ -1,4 +1,4 @@
-r"""Trains an agent (``config.agent``: ArCHer, CHAI, filtered BC, offline ArCHer/BC).
+r"""Trains an agent (``config.agent``: ArCHer, CHAI, filtered BC, PPO/GRPO, offline ArCHer/BC).
 
     python -m archer_jax.train --config=configs/20q.py:tiny --workdir=runs/20q_tiny
     python -m archer_jax.train --config=configs/20q.py --workdir=runs/20q --config.learner.critic_lr=2e-5
@@ -11,7 +11,8 @@ The loop (ArCHer, Zhou et al. 2024, Algorithm 1, online), in :func:`train_and_ev
         add their transitions to the replay buffer   (offline agents: neither; their dataset is the buffer)
         agent.learn: ArCHer: critic_steps TD steps on uniform batches with a fresh a_pi ~ pi(.|s)
             (Polyak inside); after warmup_iter, actor_steps policy-gradient steps with
-            A = min Q(s, a_pi) - min V(s)   (archer_jax/agents/*.py, archer_jax/learners/archer.py)
+            A = min Q(s, a_pi) - min V(s)   (archer_jax/agents/*.py, archer_jax/learners/archer.py);
+            PPO: its epochs over the newest rollout; filtered BC: BC steps on the best dialogues
         every eval_freq: greedy eval; every save_freq: checkpoint (never after a non-finite step)
     summary.json, learning_curve.png (history.jsonl grows by a line per iteration)
 
@@ -38,15 +39,15 @@ import jax
 import ml_collections
 
 from archer_jax import agents, config_changes, distributed, handover, history, memory_plan, preflight, report, rollout, sft
-from archer_jax.agents.agent import timed
-from archer_jax.agents.rollouts import collect, evaluate, store
+from archer_jax.agents.agent import Agent, timed
 from archer_jax.checkpoint import Checkpoints
-from archer_jax.components import Components
 from archer_jax.config import MICRO
 from archer_jax.errors import RunInterrupted, TrainingError
 from archer_jax.interrupts import Interrupted, Interrupts
+from archer_jax.learners.micro_batching import auto_limit
 from archer_jax.learners.train_state import States
 from archer_jax.loop_state import LoopState
+from archer_jax.parts import Parts
 from archer_jax.workdir_lock import WorkdirLock
 
 log = logging.getLogger("archer_jax")
@@ -72,14 +73,14 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
     c, started = config, time.time()
     checkpoints = Checkpoints(workdir / "checkpoints", keep=c.keep_checkpoints)
     changes = _config_changes(config, workdir, checkpoints, allow_config_changes)
-    run = Components(c, workdir)
-    agent = run.agent
+    agent = build_agent(c, workdir)
+    parts = agent.parts
     writers = report.Writers(workdir, use_wandb=c.use_wandb, wandb_project=c.wandb_project, config=c.to_dict())
     loop, resumed_at, stop = None, 0, None
     with Interrupts() as interrupts:
         try:
             with interrupts.abandonable():  # a stop before checkpoint 0 (or a resume) keeps nothing new
-                states, replay, loop = _start_or_resume(run, agent, checkpoints, writers, started)
+                states, replay, loop = _start_or_resume(agent, checkpoints, writers, started)
             resumed_at, session_start = loop.iteration, time.time() - loop.wall_time_s
             if changes:
                 loop.config_changes.append(dict(iteration=loop.iteration, changes={k: list(v) for k, v in changes.items()}))
@@ -88,20 +89,21 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
             for iteration in range(loop.iteration + 1, c.iterations + 1):
                 t0 = time.perf_counter()
                 episodes, t_rollout = [], 0.0  # an offline agent learns from its dataset; envs only evaluate it
-                if not agent.offline:
+                if agent.learns_from_rollouts:
                     try:
                         with interrupts.abandonable():  # nothing is kept of a rollout cut short
-                            episodes, t_rollout = timed(collect, run, agent, states, iteration)  # roll out with the agent
+                            episodes, t_rollout = timed(rollout.collect, parts, agent.act, states, iteration)  # roll out
                     except Interrupted:
                         break
-                    loop.env_samples += store(run, replay, episodes, loop.episodes)  # into the replay buffer
+                    loop.env_samples += rollout.store(parts, replay, episodes, loop.episodes)  # into the replay buffer
                     loop.episodes += len(episodes)
-                states, seconds = agent.learn(run, states, replay, iteration)  # critic, actor or BC steps
+                states, seconds = agent.learn(states, replay, iteration)  # critic, actor or BC steps
+                parts.metrics.check()  # the steps' metrics, fetched once: stops after too many non-finite steps
                 evaluation = None
                 if (c.eval_freq and iteration % c.eval_freq == 0) or iteration == c.iterations:
-                    evaluation = timed(evaluate, run, agent, states)  # greedy, on fixed games
+                    evaluation = timed(rollout.evaluate, parts, agent.act, states)  # greedy, on fixed games
                 seconds = dict(rollout=t_rollout, **seconds)
-                _record_iteration(run, loop, writers, progress, iteration, episodes, replay, evaluation, seconds, t0)
+                _record_iteration(parts, loop, writers, progress, iteration, episodes, replay, evaluation, seconds, t0)
                 stopping = interrupts.stop_requested()
                 if iteration % c.save_freq == 0 or iteration == c.iterations or stopping:
                     _save_if_finite(checkpoints, states, replay, loop, session_start)
@@ -121,7 +123,7 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
                 raise
             stop = distributed.HostLost(f"{lost} {_where(loop)}; {_resumes(checkpoints)}")
         finally:
-            run.close()
+            parts.close()
             writers.close()
             if loop is not None:  # every stop writes the reports of what was done
                 failing = stop is not None or sys.exc_info()[0] is not None
@@ -186,13 +188,22 @@ def _interrupted(signal_name: str, loop: LoopState | None, checkpoints: Checkpoi
     return f"{signal_name}: stopped after iteration {loop.iteration}; the same command resumes from checkpoint {latest}"
 
 
-def _start_or_resume(run: Components, agent: agents.Agent, checkpoints: Checkpoints, writers: report.Writers,
+def build_agent(config: ml_collections.ConfigDict, workdir: Path) -> Agent:
+    """The run's agent (``config.agent``) on the shared parts built for it: its config from the
+    run's, the networks it asks for, its compiled steps."""
+    agent_class = agents.get(config.agent)
+    agent_config = agent_class.config_of(config)
+    return agent_class(Parts(config, workdir, agent_class.networks_for(agent_config)), agent_config)
+
+
+def _start_or_resume(agent: Agent, checkpoints: Checkpoints, writers: report.Writers,
                      started: float) -> tuple[States, Any, LoopState]:
     """The newest checkpoint that loads (its states, replay buffer and loop state); or, in a new
     workdir, fresh ones after the SFT warm start and the "before" evaluation (checkpoint 0)."""
-    c = run.config
-    states = run.init_states()
-    log.info("%s", memory_plan.describe(run.mesh, states, run.largest_activation()))
+    parts = agent.parts
+    c = parts.config
+    states = agent.init_states()
+    log.info("%s", memory_plan.describe(parts.mesh, states, parts.largest_activation()))
     found = checkpoints.restore_latest(actor=states.actor, critic=states.critic,
                                        check=lambda restored: LoopState.from_json(restored[3]))
     if found is not None:
@@ -200,21 +211,21 @@ def _start_or_resume(run: Components, agent: agents.Agent, checkpoints: Checkpoi
         loop = LoopState.from_json(loop)
         log.info("resumed from %s at iteration %d (%d env samples)", checkpoints.directory / str(step),
                  loop.iteration, loop.env_samples)
-        history.rewrite(run.workdir, loop.history)  # drops the lines of iterations after the checkpoint
+        history.rewrite(parts.workdir, loop.history)  # drops the lines of iterations after the checkpoint
         if loop.iteration >= c.iterations:
             log.info("the run already finished its %d iterations: nothing to train", loop.iteration)
-        return States(actor, critic), run.resume_replay(replay), loop
-    replay = run.new_replay()
-    loop = LoopState(seed=c.seed, rng=jax.random.key_data(run.key).tolist())
-    history.rewrite(run.workdir, [])
+        return States(actor, critic), agent.resume_replay(replay), loop
+    replay = agent.new_replay()
+    loop = LoopState(seed=c.seed, rng=jax.random.key_data(parts.key).tolist())
+    history.rewrite(parts.workdir, [])
     writers.hparams(c.to_dict())
     if c.sft.steps:
-        states, loop.sft = warm_start(run, states, writers)
+        states, loop.sft = warm_start(agent, states, writers)
     if c.init_from:  # offline-to-online: another run's policy (and critic), fresh optimizers
-        states = handover.initial_states(run, states, c.init_from)
+        states = handover.initial_states(agent, states, c.init_from)
     if c.model.critic_init:  # an official ArCHer critic (archer_jax.import_official)
-        states = handover.critic_from_file(run, states, c.model.critic_init)
-    before = _eval_metrics(evaluate(run, agent, states))
+        states = handover.critic_from_file(agent, states, c.model.critic_init)
+    before = _eval_metrics(rollout.evaluate(parts, agent.act, states))
     loop.evals.append(dict(iteration=0, env_samples=0, **before))
     writers.scalars(0, before)
     log.info("before training: eval return %.3f, success %.2f", before["eval/return"], before["eval/success"])
@@ -223,14 +234,14 @@ def _start_or_resume(run: Components, agent: agents.Agent, checkpoints: Checkpoi
     return states, replay, loop
 
 
-def _record_iteration(run: Components, loop: LoopState, writers: report.Writers, progress: report.Progress,
+def _record_iteration(parts: Parts, loop: LoopState, writers: report.Writers, progress: report.Progress,
                       iteration: int, episodes, replay, evaluation: tuple | None, seconds: dict[str, float],
                       start: float) -> None:
     """The iteration's metrics (rollouts, step means, counters, evaluation, phase times) into the
     loop's history, history.jsonl, TensorBoard and the console (with the run's ETA)."""
-    c = run.config
+    c = parts.config
     metrics = {f"rollout/{k}": v for k, v in rollout.summarize(episodes).items()} if episodes else {}
-    metrics.update(run.watchdog.means())
+    metrics.update(parts.metrics.means())
     metrics.update(env_samples=loop.env_samples, episodes=loop.episodes, replay_size=len(replay))
     if evaluation is not None:
         evaluated = _eval_metrics(evaluation[0])
@@ -238,7 +249,7 @@ def _record_iteration(run: Components, loop: LoopState, writers: report.Writers,
         loop.evals.append(dict(iteration=iteration, env_samples=loop.env_samples, **evaluated))
     metrics.update({f"time/{k}": v for k, v in seconds.items()}, **{"time/iteration": time.perf_counter() - start})
     loop.history.append(dict(iteration=iteration, **metrics))
-    history.append(run.workdir, loop.history[-1])
+    history.append(parts.workdir, loop.history[-1])
     loop.iteration = iteration
     writers.scalars(iteration, metrics)
     progress.step(iteration)
@@ -262,11 +273,12 @@ def _save(checkpoints: Checkpoints, step: int, states: States, replay, loop: Loo
     checkpoints.save(step, actor=states.actor, critic=states.critic, replay=replay, loop=loop.to_json())
 
 
-def warm_start(run: Components, states: States, writers: report.Writers) -> tuple[States, dict[str, Any]]:
+def warm_start(agent: Agent, states: States, writers: report.Writers) -> tuple[States, dict[str, Any]]:
     """SFT on the demonstrations of ``config.sft.data``; the actor's Adam starts fresh after it."""
-    c = run.config
+    parts = agent.parts
+    c = parts.config
     observations, actions = sft.demonstrations(c)
-    learner = run.sft_learner()
+    step, start_state = agent.sft_step(c.sft.lr, limit=auto_limit(parts.mesh.devices.flat[0].platform, c.sft.batch_size))
     start = time.perf_counter()
     with report.progress_bar(c.sft.steps, "SFT", "step") as bar:  # a log line every 30 s without a terminal
 
@@ -274,7 +286,7 @@ def warm_start(run: Components, states: States, writers: report.Writers) -> tupl
             bar.update(1)
             bar.set_postfix(loss=f"{metrics['loss']:.3f}")
 
-        actor, history = sft.train(learner, learner.init_actor(), run.pipeline, observations, actions,
+        actor, history = sft.train(step, start_state, parts.pipeline, observations, actions,
                                    steps=c.sft.steps, batch_size=c.sft.batch_size, seed=c.sft.seed, progress=progress)
     skipped = sum(m["nonfinite"] for m in history)
     if skipped == len(history):
@@ -287,7 +299,7 @@ def warm_start(run: Components, states: States, writers: report.Writers) -> tupl
     )
     log.info("SFT: %d steps on %d pairs (%s), loss %.3f -> %.3f, %.1f s", c.sft.steps, len(observations),
              c.sft.data, info["first_loss"], info["last_loss"], info["seconds"])
-    return States(run.learner.init_actor(actor.params), states.critic), info
+    return States(agent.init_actor(actor.params), states.critic), info
 
 
 def _eval_metrics(episodes) -> dict[str, float]:
@@ -333,7 +345,7 @@ def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: LoopState, resume
     report.write_summary(workdir, summary)
     report.plot_learning_curve(workdir, evals, f"{c.agent} on {c.env.name}", sft=bool(loop.sft),
                                optimum=report.optimal_return(c.env.name, c.env.max_turns),
-                               offline=agents.get(c.agent).offline)
+                               offline=not agents.get(c.agent).learns_from_rollouts)
     log.info("eval return %.3f -> %.3f (success %.2f -> %.2f); wrote %s and %s%s", summary["eval_return_before"],
              summary["eval_return_after"], summary["eval_success_before"], summary["eval_success_after"],
              workdir / report.SUMMARY, workdir / report.CURVE, _SMOKE_TEST if _is_micro(c) else "")

@@ -15,11 +15,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 LAYERS = [
     ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts", "workdir_lock"),
     ("models",),
-    ("envs", "learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
-     "tensorboard_writer", "memory_plan", "history", "prompts", "data"),
-    ("acting", "sft"),
+    ("envs", "learners", "sampling", "replay", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
+     "dialogue_rows", "tensorboard_writer", "memory_plan", "history", "prompts", "data"),
+    ("acting", "parts", "rollout", "sft"),
     ("agents",),
-    ("components", "config", "config_changes", "preflight", "handover", "import_official"),
+    ("config", "config_changes", "preflight", "handover", "import_official"),
     ("train",),
     ("cli",),
 ]

@@ -6,15 +6,16 @@ from flax import nnx
 
 from archer_jax import models
 from archer_jax.checkpoint import Checkpoints
-from archer_jax.learners import Actor, DoubleCritic, Learner
+from archer_jax.learners import Actor, DoubleCritic
 from archer_jax.replay import ReplayBuffer
+from tests.learners.steps import Steps
 
 
 @pytest.fixture(scope="module")
 def learner(tmp_path_factory):
     d = tmp_path_factory.mktemp("models")
     gpt2, roberta = models.build_tiny("gpt2", d / "g"), models.build_tiny("roberta", d / "r")
-    return Learner(Actor(models.load_gpt2(gpt2)), DoubleCritic(models.load_roberta(roberta), rngs=nnx.Rngs(0)))
+    return Steps(Actor(models.load_gpt2(gpt2)), DoubleCritic(models.load_roberta(roberta), rngs=nnx.Rngs(0)))
 
 
 def _equal(a, b):

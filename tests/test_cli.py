@@ -97,12 +97,12 @@ def test_bad_input_is_one_line_from_preflight(name, tmp_path):
 
 @pytest.fixture
 def no_models(monkeypatch):
-    """Fails the test if a run builds its components (models, sampler, env pool)."""
+    """Fails the test if a run builds its parts (models, sampler, env pool)."""
 
     def built(*args, **kwargs):
-        raise AssertionError("Components were built before the bad input was reported")
+        raise AssertionError("the run's parts were built before the bad input was reported")
 
-    monkeypatch.setattr(train, "Components", built)
+    monkeypatch.setattr(train, "Parts", built)
 
 
 @pytest.mark.parametrize("name", ["workdir is a file", "mesh larger than the devices", "max_new_tokens fills the positions",

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 from archer_jax import acting, precision
-from archer_jax.components import Components
+from archer_jax.train import build_agent
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.models.tokenizer import Tokens
 from archer_jax.sampling import SamplingParams
@@ -36,12 +36,14 @@ def programs(request, tmp_path_factory):
     """Every program one ArCHer iteration runs, built through the config, lowered."""
     c = micro()
     c.model.matmul_precision = request.param
-    run = Components(c, tmp_path_factory.mktemp(f"precision_{request.param}"))
+    agent = build_agent(c, tmp_path_factory.mktemp(f"precision_{request.param}"))
+    run = agent.parts
     try:
-        states = run.init_states()
+        states = agent.init_states()
         sampling = SamplingParams(**c.sampling)
         prefill, decode = run.acting.sampler.decoder.lower(sampling, rows=8, prompt_length=16)
-        steps = run.learner.programs()
+        steps = dict(critic_step=agent.critic_step, actor_step=agent.actor_step,
+                     bc_step=agent.sft_step(c.sft.lr)[0])
         obs, act, scalars = token_spec(8, 16), token_spec(8, 16), jax.ShapeDtypeStruct((8,), jnp.float32)
         lowered = dict(
             prefill=prefill,
@@ -49,7 +51,7 @@ def programs(request, tmp_path_factory):
             critic_step=steps["critic_step"].lower(states.critic, CriticBatch(obs, act, obs, act, scalars, scalars)),
             actor_step=steps["actor_step"].lower(states.actor, states.critic.params, ActorBatch(obs, act, obs, act)),
             bc_step=steps["bc_step"].lower(states.actor, BCBatch(obs, act)),
-            chai_scores=acting._q_values.lower(run.learner.critic_graphdef, states.critic.target, token_spec(8, 16),
+            chai_scores=acting._q_values.lower(run.networks.critic_graphdef, states.critic.target, token_spec(8, 16),
                                                 token_spec(16, 16), 2, run.acting.sampler.matmul_precision),
         )
         yield request.param, lowered

@@ -1,51 +1,60 @@
-"""What an agent is to the training loop: how it acts in the envs and what one iteration updates."""
+"""What every agent shares: its config's construction from a run's config, its optimizers and
+fresh states, acting by the policy, and the replay buffer it learns from.
+
+An algorithm is a subclass in a module of its own (``agents/archer.py``, ...) with
+
+* ``Config``: a frozen dataclass, the single source of the algorithm's defaults and checks
+  (``__post_init__`` raises ValueError naming the key); :meth:`Agent.config_of` builds it from a
+  run's config (each field is the top-level key of its name, or the group in its metadata);
+* ``networks(config)``: which networks the run builds for it (:class:`NetworkSpec`);
+* ``__init__(parts, config)``: compiles the steps it needs (``parts.networks.compile_step``);
+* ``learn(states, replay, iteration)``: one iteration's updates.
+
+The run's shared parts (models, tokenizers, sampler, input pipeline, env pool, mesh, keys) are
+:class:`archer_jax.parts.Parts`, which imports no agent.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
+import optax
 
-from archer_jax.learners.train_state import States
+from archer_jax.learners import bc, train_state
+from archer_jax.learners.learner_config import LearnerConfig
+from archer_jax.learners.micro_batching import StepProgram
+from archer_jax.learners.train_state import States, TrainState
 from archer_jax.replay import ReplayBuffer
 
-if TYPE_CHECKING:  # only for type hints: components builds the agents' inputs
-    from archer_jax.components import Components
-
-# Purposes folded into the run's key, so each phase draws its own numbers.
-ROLLOUT, CRITIC, ACTOR, EVAL = range(4)
-
-Act = Callable[["Components", States, Sequence[str], jax.Array, bool, Sequence[int]], list[str]]
-Learn = Callable[["Components", States, ReplayBuffer, int], tuple[States, dict[str, float]]]
-
+if TYPE_CHECKING:  # only for type hints: the parts are built before the agent, from the config
+    from archer_jax.parts import Parts
 
 @dataclasses.dataclass(frozen=True)
-class Agent:
-    """An algorithm as the loop sees it.
+class NetworkSpec:
+    """The networks a run builds for its agent: the double critic, and the actor's value head
+    (``token_baseline``; ``baseline_gradient``: its gradient flows into the policy;
+    ``value_model``: on a separate copy of the policy's weights)."""
 
-    ``act(run, states, observations, key, greedy, rows)`` picks one utterance per observation in
-    the envs; ``rows`` are the observations' global game numbers (each dialogue's samples are keyed
-    by its game). ``learn(run, states, replay, iteration)`` runs one iteration's updates and returns the
-    new states with the seconds each phase took (``{"critic": ..., "actor": ...}``).
-    ``needs_critic``: whether the run builds the double critic (or a function of the config that
-    says, e.g. PPO's estimator). ``offline``: it learns from a fixed dataset
-    (:mod:`archer_jax.data`) instead of its own rollouts; the envs only evaluate it. ``ppo``: the
-    learner builds PPO's step from ``config.ppo`` (:mod:`archer_jax.learners.ppo`).
-    """
+    critic: bool
+    token_baseline: bool = False
+    baseline_gradient: bool = False
+    value_model: bool = False
 
-    name: str
-    act: Act
-    learn: Learn
-    needs_critic: bool | Callable[[object], bool] = True
-    offline: bool = False
-    ppo: bool = False
 
-    def uses_critic(self, config) -> bool:
-        """Whether a run of ``config`` builds the double critic."""
-        return self.needs_critic(config) if callable(self.needs_critic) else self.needs_critic
+def group(default_factory) -> dataclasses.Field:
+    """A config field that is a key group of the run's config (``learner``, ``ppo``), built as
+    ``default_factory``'s dataclass from that group's keys (``name``: the group, default the field's)."""
+    return dataclasses.field(default_factory=default_factory, metadata={"group": True})
+
+
+def check_value_head(networks, needed: bool, what: str) -> None:
+    """A clear error when the actor has a value head (``Actor.baseline``) and ``what`` needs none, or the reverse."""
+    if needed != networks.has_baseline:
+        raise ValueError(f"{what} needs an Actor built with token_baseline={needed}")
 
 
 def timed(fn, *args):
@@ -55,7 +64,100 @@ def timed(fn, *args):
     return out, time.perf_counter() - start
 
 
-def sample_actions(run: Components, states: States, observations: Sequence[str], key: jax.Array, greedy: bool,
-                   rows: Sequence[int] | None = None) -> list[str]:
-    """Acting by the policy alone: a sample (or the greedy utterance) per observation."""
-    return run.acting.sample(run.policy(states), observations, key, greedy=greedy, rows=rows)
+def config_of(cls: type, run_config, groups: dict[str, str] | None = None) -> Any:
+    """The dataclass ``cls`` from a run's config: each field is the top-level key of its name, or
+    for a :func:`group` field, its dataclass from the group of its name (``groups`` renames a
+    field's group: ``{"iql": "learner"}``), keeping the keys that dataclass has."""
+    groups = groups or {}
+    kwargs = {}
+    for field in dataclasses.fields(cls):
+        if field.metadata.get("group"):
+            kind = type(field.default_factory())
+            names = {f.name for f in dataclasses.fields(kind)}
+            given = run_config[groups.get(field.name, field.name)]
+            kwargs[field.name] = kind(**{k: v for k, v in given.items() if k in names})
+        else:
+            kwargs[field.name] = run_config[field.name]
+    return cls(**kwargs)
+
+
+class Agent:
+    """An algorithm on a run's parts. This base acts by sampling the policy, learns from a replay
+    buffer of its own rollouts, and trains its actor with Adam at ``learner.actor_lr``."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+    learns_from_rollouts: ClassVar[bool] = True  # False: a fixed dataset; the envs only evaluate it
+
+    def __init__(self, parts: Parts, config):
+        self.parts, self.config = parts, config
+        self.networks = parts.networks
+        learner: LearnerConfig = config.learner
+        spec = self.networks_for(config)
+        check_value_head(self.networks, spec.token_baseline, f"agent {self.name!r}")
+        self.actor_tx = self.actor_optimizer(learner.actor_lr)
+        self.actor_target = False  # PPO's reference policy rides in the actor state's target
+        self.critic_tx = train_state.optimizer(learner.critic_lr, learner.max_grad_norm) if spec.critic else None
+
+    @classmethod
+    def config_of(cls, run_config):
+        """This agent's ``Config`` from a run's config (:func:`config_of`)."""
+        return config_of(cls.Config, run_config)
+
+    @classmethod
+    def networks_for(cls, config) -> NetworkSpec:
+        """The networks a run of this agent builds: by default the critic, and the actor's value
+        head when the actor loss needs one."""
+        return NetworkSpec(critic=True, token_baseline=config.learner.loss.needs_baseline)
+
+    def actor_optimizer(self, learning_rate: float) -> optax.GradientTransformation:
+        """The actor's optimizer at ``learning_rate`` (the SFT warm start uses it at ``sft.lr``)."""
+        return train_state.optimizer(learning_rate, self.config.learner.max_grad_norm)
+
+    # ---- states -----------------------------------------------------------------------------
+
+    def init_actor(self, params=None) -> TrainState:
+        """The actor's state with a fresh optimizer (from ``params``, e.g. an SFT result)."""
+        return self.networks.init_actor(self.actor_tx, self.actor_target, params)
+
+    def init_critic(self, params=None, target=None) -> TrainState:
+        """The critic's state with a fresh optimizer (from ``params`` and ``target``, e.g. another run's)."""
+        return self.networks.init_critic(self.critic_tx, params, target)
+
+    def init_states(self) -> States:
+        """Fresh states: the networks' initial parameters, fresh Adam, target = critic."""
+        return States(self.init_actor(), self.init_critic() if self.critic_tx is not None else None)
+
+    def policy(self, states: States):
+        """The policy's parameters in ``states`` (what the sampler acts with)."""
+        return self.networks.policy_params(states.actor)
+
+    def sft_step(self, learning_rate: float, limit: int | None = None) -> tuple[StepProgram, TrainState]:
+        """The behaviour-cloning step of the SFT warm start (this agent's actor, its optimizer at
+        ``learning_rate``, micro-batches of at most ``limit`` for "auto") and the actor state it
+        starts from."""
+        tx = self.actor_optimizer(learning_rate)
+        shardings = self.networks.actor_shardings(tx, self.actor_target)
+        step = self.networks.compile_step(self.networks.traced(bc.bc_step, self.networks.actor_graphdef, tx), shardings,
+                                          self.networks.bc_batch_shardings(), limit=limit)
+        return step, self.networks.init_actor(tx, self.actor_target)
+
+    # ---- acting and learning ------------------------------------------------------------------
+
+    def act(self, states: States, observations: Sequence[str], key: jax.Array, greedy: bool,
+            rows: Sequence[int] | None = None) -> list[str]:
+        """One utterance per observation: a sample of the policy (or its greedy utterance);
+        ``rows`` are the observations' global game numbers (each dialogue's samples are keyed by its game)."""
+        return self.parts.acting.sample(self.policy(states), observations, key, greedy=greedy, rows=rows)
+
+    def learn(self, states: States, replay, iteration: int) -> tuple[States, dict[str, float]]:
+        """One iteration's updates; returns the new states and the seconds of each phase."""
+        raise NotImplementedError
+
+    def new_replay(self, checkpoint: dict | None = None):
+        """What this agent learns from: an empty replay buffer for its rollouts."""
+        return ReplayBuffer(self.parts.config.capacity, seed=self.parts.config.seed)
+
+    def resume_replay(self, restored):
+        """The replay a checkpoint restored."""
+        return restored

@@ -1,70 +1,113 @@
-"""ArCHer, online (Zhou et al. 2024, Algorithm 1): one iteration's updates.
+"""ArCHer, online (Zhou et al. 2024, Algorithm 1): its config, its compiled steps, its iteration.
 
     for critic_steps:  uniform replay batch; a_π ~ π(·|s) fresh;  critic_step (TD, then Polyak)
     after warmup_iter, for actor_steps:  uniform replay batch; a_π ~ π(·|s) fresh;
                        actor_step with A = min Q(s, a_π) - min V(s) of the online critic
 
-The steps themselves are :mod:`archer_jax.learners.archer`.
+The pure steps are :mod:`archer_jax.learners.archer`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import dataclasses
+import functools
+from typing import ClassVar
 
-from archer_jax.agents.agent import ACTOR, CRITIC, Agent, sample_actions, timed
-from archer_jax.learners.batches import critic_batch
+from archer_jax.agents.agent import Agent, group, timed
+from archer_jax.parts import ACTOR, CRITIC
+from archer_jax.learners import archer
+from archer_jax.learners.learner_config import LearnerConfig, loss_options
+from archer_jax.learners.micro_batching import StepProgram
+from archer_jax.learners.networks import Networks
 from archer_jax.learners.train_state import States
 from archer_jax.replay import ReplayBuffer
 
-if TYPE_CHECKING:
-    from archer_jax.components import Components
-
-PiActions = Callable[["Components", States, dict, object], list[str]]
+OFFLINE_LOSSES = ("awr",)  # actor losses that weigh a dataset's actions: offline agents only
 
 
-def policy_pi_actions(run: Components, states: States, sample: dict, key) -> list[str]:
-    """ArCHer's ``a_π``: a fresh sample from the current policy for each replayed observation."""
-    return run.acting.pi_actions(run.policy(states), sample["policy_observation"], key)
+def offline_loss_error(agent: str, loss: str) -> ValueError:
+    """The error of an actor loss for the wrong kind of agent."""
+    return ValueError(f"learner.actor_loss: offline_archer's actor is 'awr', which weighs a dataset's actions "
+                      f"and suits offline agents only (agent {agent!r}, actor_loss {loss!r})")
 
 
-def critic_updates(run: Components, states: States, replay: ReplayBuffer, iteration: int, pi_actions: PiActions) -> States:
-    """``critic_steps`` critic steps, each on a fresh uniform batch with fresh ``a_π``."""
-    c, pipeline = run.config, run.pipeline
-    critic = states.critic
-    for step in range(c.critic_steps):
-        sample = replay.sample(run.batch)
-        pi_texts = pi_actions(run, States(states.actor, critic), sample, run.key_for(CRITIC, iteration, step))
-        batch = critic_batch(
-            pipeline.critic_tokenizer, sample["critic_observation"], sample["critic_action"],
-            sample["critic_next_observation"], pipeline.critic_rows(pi_texts), sample["reward"], sample["terminal"],
-            max_length=pipeline.max_critic_length, min_action_bucket=pipeline.action_bucket,
-        )
-        critic, metrics = run.learner.critic_step(critic, batch)
-        run.watchdog.add("critic", metrics)
-    return States(states.actor, critic)
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """ArCHer's keys: ``config.learner``, and the loop's step counts (top-level keys)."""
+
+    agent: ClassVar[str] = "archer"  # the agent whose config this is (for errors)
+    dataset_actions: ClassVar[bool] = False  # its actor weighs a dataset's actions (offline ArCHer's AWR)
+
+    learner: LearnerConfig = group(LearnerConfig)
+    critic_steps: int = 50  # critic optimizer steps per iteration
+    actor_steps: int = 3  # actor optimizer steps per iteration, after warmup_iter
+    warmup_iter: int = 20  # iterations that train the critic only
+
+    def __post_init__(self):
+        for name in ("critic_steps", "actor_steps", "warmup_iter"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if (self.learner.actor_loss in OFFLINE_LOSSES) != self.dataset_actions:
+            raise offline_loss_error(self.agent, self.learner.actor_loss)
 
 
-def actor_updates(run: Components, states: States, replay: ReplayBuffer, iteration: int) -> States:
-    """``actor_steps`` policy-gradient steps with the online critic's advantage of a fresh ``a_π``."""
-    c = run.config
-    actor = states.actor
-    for step in range(c.actor_steps):
-        sample = replay.sample(run.batch)
-        key = run.key_for(ACTOR, iteration, step)
-        batch = run.acting.actor_batch(run.policy(States(actor, states.critic)), sample, key)
-        actor, metrics = run.learner.actor_step(actor, states.critic.params, batch)
-        run.watchdog.add("actor", metrics)
-    return States(actor, states.critic)
+def critic_step(networks: Networks, tx, learner: LearnerConfig) -> StepProgram:
+    """ArCHer's critic step (TD, then Polyak), compiled."""
+    return networks.compile_step(networks.traced(archer.critic_step, networks.critic_graphdef, tx, learner.gamma,
+                                                 learner.tau),
+                                 networks.critic_shardings(tx), networks.critic_batch_shardings())
 
 
-def learn(run: Components, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
-    """The critic every iteration; the actor too once ``warmup_iter`` iterations are done."""
-    states, critic_s = timed(critic_updates, run, states, replay, iteration, policy_pi_actions)
-    actor_s = 0.0
-    if iteration > run.config.warmup_iter:
-        states, actor_s = timed(actor_updates, run, states, replay, iteration)
-    return states, {"critic": critic_s, "actor": actor_s}
+def actor_step(networks: Networks, tx, critic_tx, learner: LearnerConfig, *option_configs,
+               with_target: bool = False) -> StepProgram:
+    """The actor step with the online critic's advantage (its loss from ``learner.actor_loss``), compiled."""
+    step = networks.traced(functools.partial(archer.actor_step, loss_options=loss_options(learner, *option_configs)),
+                           networks.actor_graphdef, networks.critic_graphdef, tx, learner.actor_loss)
+    return networks.compile_step(step, networks.actor_shardings(tx, with_target), networks.critic_shardings(critic_tx).params,
+                                 networks.actor_batch_shardings())
 
 
-AGENT = Agent("archer", act=sample_actions, learn=learn)
+class ArCHer(Agent):
+    """Online ArCHer: the critic every iteration, the actor after ``warmup_iter``."""
+
+    name = "archer"
+    Config = Config
+
+    def __init__(self, parts, config: Config):
+        super().__init__(parts, config)
+        self.critic_step = critic_step(self.networks, self.critic_tx, config.learner)
+        self.actor_step = actor_step(self.networks, self.actor_tx, self.critic_tx, config.learner)
+
+    def pi_actions(self, states: States, sample: dict, key) -> list[str]:
+        """ArCHer's ``a_π``: a fresh sample from the current policy for each replayed observation."""
+        return self.parts.acting.pi_actions(self.policy(states), sample["policy_observation"], key)
+
+    def critic_updates(self, states: States, replay: ReplayBuffer, iteration: int) -> States:
+        """``critic_steps`` critic steps, each on a fresh uniform batch with fresh ``a_π``."""
+        parts, critic = self.parts, states.critic
+        for step in range(self.config.critic_steps):
+            sample = replay.sample(parts.batch)
+            pi_texts = self.pi_actions(States(states.actor, critic), sample, parts.key_for(CRITIC, iteration, step))
+            batch = parts.pipeline.critic_batch(sample, parts.pipeline.critic_rows(pi_texts))
+            critic, metrics = self.critic_step(critic, batch)
+            parts.metrics.add("critic", metrics)
+        return States(states.actor, critic)
+
+    def actor_updates(self, states: States, replay: ReplayBuffer, iteration: int) -> States:
+        """``actor_steps`` policy-gradient steps with the online critic's advantage of a fresh ``a_π``."""
+        parts, actor = self.parts, states.actor
+        for step in range(self.config.actor_steps):
+            sample = replay.sample(parts.batch)
+            key = parts.key_for(ACTOR, iteration, step)
+            batch = parts.acting.actor_batch(self.policy(States(actor, states.critic)), sample, key)
+            actor, metrics = self.actor_step(actor, states.critic.params, batch)
+            parts.metrics.add("actor", metrics)
+        return States(actor, states.critic)
+
+    def learn(self, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
+        """The critic every iteration; the actor too once ``warmup_iter`` iterations are done."""
+        states, critic_s = timed(self.critic_updates, states, replay, iteration)
+        actor_s = 0.0
+        if iteration > self.config.warmup_iter:
+            states, actor_s = timed(self.actor_updates, states, replay, iteration)
+        return states, {"critic": critic_s, "actor": actor_s}

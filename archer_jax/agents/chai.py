@@ -7,35 +7,48 @@ Learning: ArCHer's critic steps, whose ``a_π`` is CHAI's own choice. The policy
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
 import jax
 
-from archer_jax.agents.agent import Agent, timed
-from archer_jax.agents.archer import critic_updates
+from archer_jax.agents import archer
+from archer_jax.agents.agent import timed
 from archer_jax.learners.train_state import States
 from archer_jax.replay import ReplayBuffer
 
-if TYPE_CHECKING:
-    from archer_jax.components import Components
+
+@dataclasses.dataclass(frozen=True)
+class Config(archer.Config):
+    """ArCHer's keys (its critic's), and the candidates per state."""
+
+    agent: ClassVar[str] = "chai"
+
+    chai_samples: int = 5  # candidate actions per state
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.chai_samples < 1:
+            raise ValueError(f"chai_samples: must be > 0, got {self.chai_samples}")
 
 
-def chai_actions(run: Components, states: States, observations: Sequence[str], key: jax.Array, greedy: bool = False,
-                 rows: Sequence[int] | None = None) -> list[str]:
-    """CHAI's choice among samples (the same rule in evaluation: ``greedy`` is not used)."""
-    return run.acting.chai(run.policy(states), states.critic.target, observations, key, rows=rows).texts
+class CHAI(archer.ArCHer):
+    """ArCHer's critic steps with CHAI's choices as ``a_π``; the policy is frozen."""
 
+    name = "chai"
+    Config = Config
 
-def chai_pi_actions(run: Components, states: States, sample: dict, key: jax.Array) -> list[str]:
-    """CHAI's ``a_π`` for the critic's V-target: its own choice for each replayed observation."""
-    return run.acting.chai_texts(run.policy(states), states.critic.target, sample["observation"], key)
+    def act(self, states: States, observations: Sequence[str], key: jax.Array, greedy: bool = False,
+            rows: Sequence[int] | None = None) -> list[str]:
+        """CHAI's choice among samples (the same rule in evaluation: ``greedy`` is not used)."""
+        return self.parts.acting.chai(self.policy(states), states.critic.target, observations, key, rows=rows).texts
 
+    def pi_actions(self, states: States, sample: dict, key: jax.Array) -> list[str]:
+        """CHAI's ``a_π`` for the critic's V-target: its own choice for each replayed observation."""
+        return self.parts.acting.chai_texts(self.policy(states), states.critic.target, sample["observation"], key)
 
-def learn(run: Components, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
-    """``critic_steps`` critic steps; the policy is frozen."""
-    states, seconds = timed(critic_updates, run, states, replay, iteration, chai_pi_actions)
-    return states, {"critic": seconds, "actor": 0.0}
-
-
-AGENT = Agent("chai", act=chai_actions, learn=learn)
+    def learn(self, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
+        """``critic_steps`` critic steps; the policy is frozen."""
+        states, seconds = timed(self.critic_updates, states, replay, iteration)
+        return states, {"critic": seconds, "actor": 0.0}

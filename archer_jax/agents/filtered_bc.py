@@ -7,24 +7,47 @@ behaviour-cloning steps on uniform batches of their transitions. No critic.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
-from archer_jax.agents.agent import Agent, sample_actions, timed
-from archer_jax.learners.batches import bc_batch
+from archer_jax.agents.agent import Agent, NetworkSpec, group, timed
+from archer_jax.agents.archer import OFFLINE_LOSSES, offline_loss_error
+from archer_jax.learners import bc
+from archer_jax.learners.learner_config import LearnerConfig
+from archer_jax.learners.micro_batching import StepProgram
+from archer_jax.learners.networks import Networks
 from archer_jax.learners.selection import filtered_bc_mask
 from archer_jax.learners.train_state import States
 from archer_jax.replay import ReplayBuffer
 
-if TYPE_CHECKING:
-    from archer_jax.components import Components
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Filtered BC's keys: the actor's learning rate and clipping (``config.learner``), the BC
+    steps per iteration and the fraction of trajectories kept (top-level keys)."""
+
+    agent: ClassVar[str] = "filtered_bc"  # the agent whose config this is (for errors)
+    offline: ClassVar[bool] = False  # offline BC takes any actor loss (its actor only imitates)
+
+    learner: LearnerConfig = group(LearnerConfig)
+    bc_steps: int = 50  # optimizer steps per iteration
+    filtered_bc_fraction: float = 0.1  # top fraction of trajectories kept
+
+    def __post_init__(self):
+        if self.bc_steps < 0:
+            raise ValueError(f"bc_steps: must be >= 0, got {self.bc_steps}")
+        if not 0 < self.filtered_bc_fraction <= 1:
+            raise ValueError(f"filtered_bc_fraction: must be in (0, 1], got {self.filtered_bc_fraction}")
+        if self.learner.actor_loss in OFFLINE_LOSSES and not self.offline:
+            raise offline_loss_error(self.agent, self.learner.actor_loss)
 
 
-def learn(run: Components, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
-    """``bc_steps`` BC steps on the transitions of the best trajectories in the buffer."""
-    states, seconds = timed(bc_updates, run, states, replay, run.config.filtered_bc_fraction)
-    return states, {"critic": 0.0, "actor": seconds}
+def bc_step(networks: Networks, tx, with_target: bool = False, limit: int | None | str = "networks") -> StepProgram:
+    """The behaviour-cloning step on the actor, compiled."""
+    return networks.compile_step(networks.traced(bc.bc_step, networks.actor_graphdef, tx),
+                                 networks.actor_shardings(tx, with_target), networks.bc_batch_shardings(), limit=limit)
 
 
 def best_positions(replay: ReplayBuffer, fraction: float) -> np.ndarray:
@@ -39,21 +62,33 @@ def best_positions(replay: ReplayBuffer, fraction: float) -> np.ndarray:
     return np.flatnonzero(np.isin(episode, keep))
 
 
-def bc_updates(run: Components, states: States, replay: ReplayBuffer, fraction: float) -> States:
-    """The BC steps of one iteration on the transitions of the top ``fraction`` of episodes."""
-    c, pipeline = run.config, run.pipeline
-    positions = best_positions(replay, fraction)
-    actor = states.actor
-    for _ in range(c.bc_steps):
-        sample = replay.sample_from(positions, run.batch)
-        batch = bc_batch(
-            pipeline.policy_tokenizer, sample["policy_observation"], sample["policy_action"],
-            max_length=pipeline.max_prompt_length,
-            max_action_length=pipeline.max_action_length, min_action_bucket=pipeline.action_bucket,
-        )
-        actor, metrics = run.learner.bc_step(actor, batch)
-        run.watchdog.add("bc", metrics)
-    return States(actor, states.critic)
+class FilteredBC(Agent):
+    """``bc_steps`` BC steps per iteration on the best episodes' transitions; no critic."""
 
+    name = "filtered_bc"
+    Config = Config
+    fraction: float | None = None  # None: config.filtered_bc_fraction (offline_bc: 1.0, all of them)
 
-AGENT = Agent("filtered_bc", act=sample_actions, learn=learn, needs_critic=False)
+    @classmethod
+    def networks_for(cls, config: Config) -> NetworkSpec:
+        return NetworkSpec(critic=False, token_baseline=config.learner.loss.needs_baseline)
+
+    def __init__(self, parts, config: Config):
+        super().__init__(parts, config)
+        self.bc_step = bc_step(self.networks, self.actor_tx)
+
+    def bc_updates(self, states: States, replay: ReplayBuffer, fraction: float) -> States:
+        """The BC steps of one iteration on the transitions of the top ``fraction`` of episodes."""
+        parts, actor = self.parts, states.actor
+        positions = best_positions(replay, fraction)
+        for _ in range(self.config.bc_steps):
+            sample = replay.sample_from(positions, parts.batch)
+            actor, metrics = self.bc_step(actor, parts.pipeline.policy_batch(sample))
+            parts.metrics.add("bc", metrics)
+        return States(actor, states.critic)
+
+    def learn(self, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
+        """``bc_steps`` BC steps on the transitions of the best trajectories in the buffer."""
+        fraction = self.config.filtered_bc_fraction if self.fraction is None else self.fraction
+        states, seconds = timed(self.bc_updates, states, replay, fraction)
+        return states, {"critic": 0.0, "actor": seconds}

@@ -12,57 +12,87 @@ dataset of dialogues, no rollouts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import ClassVar
 
-from archer_jax.agents.agent import Agent, sample_actions, timed
-from archer_jax.learners.batches import actor_batch, bc_batch, critic_batch
+from archer_jax.agents import archer
+from archer_jax.agents.agent import Agent, config_of, group, timed
+from archer_jax.data.offline_replay import OfflineReplay, open_dataset
+from archer_jax.learners import offline_archer
+from archer_jax.learners.micro_batching import StepProgram
+from archer_jax.learners.networks import Networks
+from archer_jax.learners.offline_archer import IQLConfig
 from archer_jax.learners.train_state import States
 
-if TYPE_CHECKING:
-    from archer_jax.components import Components
-    from archer_jax.data.offline_replay import OfflineReplay
+
+@dataclasses.dataclass(frozen=True)
+class Config(archer.Config):
+    """ArCHer's keys, and IQL's and AWR's (``config.learner.expectile``, ...)."""
+
+    agent: ClassVar[str] = "offline_archer"
+    dataset_actions: ClassVar[bool] = True
+
+    iql: IQLConfig = group(IQLConfig)  # keys of config.learner
 
 
-def critic_updates(run: Components, states: States, data: OfflineReplay) -> States:
-    """``critic_steps`` IQL steps, each on a fresh uniform batch of dataset transitions."""
-    c, pipeline = run.config, run.pipeline
-    critic = states.critic
-    for _ in range(c.critic_steps):
-        sample = data.sample(run.batch)
-        batch = critic_batch(
-            pipeline.critic_tokenizer, sample["critic_observation"], sample["critic_action"],
-            sample["critic_next_observation"], sample["critic_action"], sample["reward"], sample["terminal"],
-            max_length=pipeline.max_critic_length, min_action_bucket=pipeline.action_bucket,
-        )
-        critic, metrics = run.learner.iql_critic_step(critic, batch)
-        run.watchdog.add("critic", metrics)
-    return States(states.actor, critic)
+def iql_critic_step(networks: Networks, tx, learner, iql: IQLConfig) -> StepProgram:
+    """The IQL critic step (TD for Q, expectile for V, Polyak), compiled."""
+    step = networks.traced(offline_archer.iql_critic_step, networks.critic_graphdef, tx, learner.gamma, learner.tau,
+                           iql.expectile, iql.iql_v_target)
+    return networks.compile_step(step, networks.critic_shardings(tx), networks.critic_batch_shardings())
 
 
-def actor_updates(run: Components, states: States, data: OfflineReplay) -> States:
-    """``actor_steps`` AWR steps on the dataset's actions, weighted by the online critic's advantage."""
-    c, pipeline = run.config, run.pipeline
-    actor = states.actor
-    for _ in range(c.actor_steps):
-        sample = data.sample(run.batch)
-        policy = bc_batch(pipeline.policy_tokenizer, sample["policy_observation"], sample["policy_action"],
-                          max_length=pipeline.max_prompt_length, max_action_length=pipeline.max_action_length,
-                          min_action_bucket=pipeline.action_bucket)
-        batch = actor_batch(policy.observation, policy.action, pipeline.critic_tokenizer, sample["critic_observation"],
-                            sample["critic_action"], max_length=pipeline.max_critic_length,
-                            min_action_bucket=pipeline.action_bucket)
-        actor, metrics = run.learner.actor_step(actor, states.critic.params, batch)
-        run.watchdog.add("actor", metrics)
-    return States(actor, states.critic)
+class OfflineDataset:
+    """What an offline agent learns from: its dataset (:mod:`archer_jax.data`), not rollouts."""
+
+    learns_from_rollouts = False
+
+    def new_replay(self, checkpoint: dict | None = None) -> OfflineReplay:
+        """The dataset (``checkpoint``: the dataset state a resume restored)."""
+        return open_dataset(self.parts.config, self.parts.workdir, self.parts.pipeline, checkpoint)
+
+    def resume_replay(self, restored: dict) -> OfflineReplay:
+        """The dataset drawing on from the checkpoint's sampler state."""
+        return self.new_replay(restored).resume(restored)
 
 
-def learn(run: Components, states: States, data: OfflineReplay, iteration: int) -> tuple[States, dict[str, float]]:
-    """The critic every iteration; the actor too once ``warmup_iter`` iterations are done."""
-    states, critic_s = timed(critic_updates, run, states, data)
-    actor_s = 0.0
-    if iteration > run.config.warmup_iter:
-        states, actor_s = timed(actor_updates, run, states, data)
-    return states, {"critic": critic_s, "actor": actor_s}
+class OfflineArCHer(OfflineDataset, archer.ArCHer):
+    """IQL critic steps every iteration, AWR actor steps after ``warmup_iter``, on the dataset."""
 
+    name = "offline_archer"
+    Config = Config
 
-AGENT = Agent("offline_archer", act=sample_actions, learn=learn, offline=True)
+    @classmethod
+    def config_of(cls, run_config) -> Config:
+        return config_of(Config, run_config, groups={"iql": "learner"})
+
+    def __init__(self, parts, config: Config):
+        Agent.__init__(self, parts, config)
+        self.critic_step = iql_critic_step(self.networks, self.critic_tx, config.learner, config.iql)
+        self.actor_step = archer.actor_step(self.networks, self.actor_tx, self.critic_tx, config.learner, config.iql)
+
+    def critic_updates(self, states: States, data: OfflineReplay, iteration: int) -> States:
+        """``critic_steps`` IQL steps, each on a fresh uniform batch of dataset transitions."""
+        parts, critic = self.parts, states.critic
+        for _ in range(self.config.critic_steps):
+            sample = data.sample(parts.batch)
+            critic, metrics = self.critic_step(critic, parts.pipeline.critic_batch(sample, sample["critic_action"]))
+            parts.metrics.add("critic", metrics)
+        return States(states.actor, critic)
+
+    def actor_updates(self, states: States, data: OfflineReplay, iteration: int) -> States:
+        """``actor_steps`` AWR steps on the dataset's actions, weighted by the online critic's advantage."""
+        parts, actor = self.parts, states.actor
+        for _ in range(self.config.actor_steps):
+            sample = data.sample(parts.batch)
+            actor, metrics = self.actor_step(actor, states.critic.params, parts.pipeline.dataset_actor_batch(sample))
+            parts.metrics.add("actor", metrics)
+        return States(actor, states.critic)
+
+    def learn(self, states: States, data: OfflineReplay, iteration: int) -> tuple[States, dict[str, float]]:
+        """The critic every iteration; the actor too once ``warmup_iter`` iterations are done."""
+        states, critic_s = timed(self.critic_updates, states, data, iteration)
+        actor_s = 0.0
+        if iteration > self.config.warmup_iter:
+            states, actor_s = timed(self.actor_updates, states, data, iteration)
+        return states, {"critic": critic_s, "actor": actor_s}

@@ -1,32 +1,36 @@
 """Offline BC and offline filtered BC (OfflineArcher's baselines): behaviour cloning on a fixed
 dataset of dialogues, all of it (``offline_bc``) or the transitions of its episodes whose return
 is in the top ``filtered_bc_fraction`` (``offline_filtered_bc``; OfflineArcher keeps the top 10%).
-The BC steps are online filtered BC's (:func:`archer_jax.agents.filtered_bc.bc_updates`) on the
+The BC steps are online filtered BC's (:class:`archer_jax.agents.filtered_bc.FilteredBC`) on the
 dataset instead of the replay buffer.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import ClassVar
 
-from archer_jax.agents.agent import Agent, sample_actions, timed
-from archer_jax.agents.filtered_bc import bc_updates
-from archer_jax.learners.train_state import States
-
-if TYPE_CHECKING:
-    from archer_jax.components import Components
-    from archer_jax.data.offline_replay import OfflineReplay
+from archer_jax.agents import filtered_bc
+from archer_jax.agents.offline_archer import OfflineDataset
 
 
-def _learner(fraction: float | None):
-    def learn(run: Components, states: States, data: OfflineReplay, iteration: int) -> tuple[States, dict[str, float]]:
-        """``bc_steps`` BC steps on the dataset (its best episodes' transitions when filtering)."""
-        keep = run.config.filtered_bc_fraction if fraction is None else fraction
-        states, seconds = timed(bc_updates, run, states, data, keep)
-        return states, {"critic": 0.0, "actor": seconds}
+@dataclasses.dataclass(frozen=True)
+class Config(filtered_bc.Config):
+    """Filtered BC's keys (``offline_bc`` ignores the fraction: it keeps every transition)."""
 
-    return learn
+    agent: ClassVar[str] = "offline_filtered_bc"
+    offline: ClassVar[bool] = True
 
 
-BC = Agent("offline_bc", act=sample_actions, learn=_learner(1.0), needs_critic=False, offline=True)
-FILTERED_BC = Agent("offline_filtered_bc", act=sample_actions, learn=_learner(None), needs_critic=False, offline=True)
+class OfflineFilteredBC(OfflineDataset, filtered_bc.FilteredBC):
+    """``bc_steps`` BC steps per iteration on the dataset's best episodes."""
+
+    name = "offline_filtered_bc"
+    Config = Config
+
+
+class OfflineBC(OfflineFilteredBC):
+    """``bc_steps`` BC steps per iteration on the whole dataset."""
+
+    name = "offline_bc"
+    fraction = 1.0

@@ -16,24 +16,46 @@ for the utterance critic of ``archer_hierarchical``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import ClassVar
 
 import jax
 import numpy as np
 
-from archer_jax.agents.agent import Agent, sample_actions, timed
-from archer_jax.agents.archer import critic_updates, policy_pi_actions
-from archer_jax.learners import advantages
-from archer_jax.learners.batches import MIN_BUCKET, bc_batch, pad
-from archer_jax.learners.ppo import PPOBatch, PPOConfig
-from archer_jax.learners.train_state import States
+from archer_jax import sharding as shd
+from archer_jax.agents import archer
+from archer_jax.agents.agent import NetworkSpec, config_of, group, timed
+from archer_jax.learners import advantages, train_state
+from archer_jax.learners.archer import utterance_advantage, utterance_q
+from archer_jax.learners.batches import MIN_BUCKET
+from archer_jax.learners.micro_batching import StepProgram
+from archer_jax.learners.networks import Networks
+from archer_jax.learners.ppo import PPOBatch, PPOConfig, ppo_step, token_stats
+from archer_jax.learners.train_state import States, TrainState
 from archer_jax.models.tokenizer import Tokens, next_power_of_two
 from archer_jax.replay import ReplayBuffer
 
-if TYPE_CHECKING:
-    from archer_jax.components import Components
+
+@dataclasses.dataclass(frozen=True)
+class Config(archer.Config):
+    """ArCHer's keys (the utterance critic of ``archer_hierarchical``, the actor's learning rate),
+    and PPO's (``config.ppo``, with the sampling temperature the rollouts used)."""
+
+    agent: ClassVar[str] = "ppo"
+
+    ppo: PPOConfig = group(PPOConfig)
+    # Rollouts per game: rollout_size / k games, each played k times in a row (GRPO's groups; 1 =
+    # every dialogue its own game). A top-level key: the rollouts of every agent follow it.
+    rollout_group_size: int = 1
+
+    def __post_init__(self):
+        super().__post_init__()
+        k = self.rollout_group_size
+        if self.ppo.estimator.needs_groups and k < 2:
+            raise ValueError(f"rollout_group_size: adv_estimator {self.ppo.adv_estimator!r} compares rollouts of "
+                             f"one game, so it needs at least 2 per game (got {k}); e.g. --config.rollout_group_size=4")
 
 
 def latest_positions(replay: ReplayBuffer, episodes: int) -> np.ndarray:
@@ -43,53 +65,6 @@ def latest_positions(replay: ReplayBuffer, episodes: int) -> np.ndarray:
     positions = np.flatnonzero(episode > episode.max() - episodes)
     age = (positions - replay.next) % replay.capacity  # insertion order, also in a full ring
     return positions[np.lexsort((age, episode[positions]))]
-
-
-class Layout(NamedTuple):
-    """Where each transition's action tokens sit in its dialogue's row (:class:`TokenRows`)."""
-
-    row: np.ndarray  # [transitions] the dialogue's row
-    start: np.ndarray  # [transitions] the offset of the utterance's first token in the row
-    lengths: np.ndarray  # [transitions] action tokens
-    shape: tuple[int, int]  # (dialogues, tokens per row: a power of two)
-
-    @classmethod
-    def of(cls, episodes: np.ndarray, lengths: np.ndarray) -> Layout:
-        """``episodes``: each transition's dialogue number, grouped and in turn order."""
-        _, row = np.unique(episodes, return_inverse=True)
-        ends = np.cumsum(lengths)
-        row_start = np.zeros(row.max() + 1, np.int64)
-        firsts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
-        row_start[row[firsts]] = ends[firsts] - lengths[firsts]
-        start = ends - lengths - row_start[row]
-        width = next_power_of_two(int((start + lengths).max()))
-        return cls(row, start, lengths, (int(row.max()) + 1, width))
-
-    def _flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        transition = np.repeat(np.arange(len(self.lengths)), self.lengths)
-        token = np.arange(len(transition)) - np.repeat(np.cumsum(self.lengths) - self.lengths, self.lengths)
-        return transition, token, self.row[transition], self.start[transition] + token
-
-    def to_rows(self, per_token: np.ndarray) -> np.ndarray:
-        """``[transitions, action_len]`` to ``[dialogues, tokens]`` (0 elsewhere)."""
-        transition, token, row, col = self._flat()
-        out = np.zeros(self.shape, np.float32)
-        out[row, col] = per_token[transition, token]
-        return out
-
-    def ends(self, per_turn: np.ndarray) -> np.ndarray:
-        """``[transitions]`` values placed at each utterance's last token of its row."""
-        out = np.zeros(self.shape, np.float32)
-        keep = self.lengths > 0
-        out[self.row[keep], (self.start + self.lengths - 1)[keep]] = per_turn[keep]
-        return out
-
-    def from_rows(self, rows: np.ndarray, action_len: int) -> np.ndarray:
-        """``[dialogues, tokens]`` back to ``[transitions, action_len]``."""
-        transition, token, row, col = self._flat()
-        out = np.zeros((len(self.lengths), action_len), np.float32)
-        out[transition, token] = np.asarray(rows)[row, col]
-        return out
 
 
 def trimmed(tokens: Tokens) -> Tokens:
@@ -113,79 +88,143 @@ def _in_chunks(fn, count: int, size: int) -> list[np.ndarray]:
     return [np.concatenate(parts)[:count] for parts in zip(*outs)]
 
 
-def rollout_targets(run: Components, states: States, sample: dict, first_episode: int) -> PPOBatch:
-    """This rollout's whole PPO batch: tokens, ``log π_old``, ``V_old`` (and ``log π_ref``), and the
-    estimator's advantages and returns per action token."""
-    c, pipeline, learner, config = run.config, run.pipeline, run.learner, run.learner.ppo
-    tokens = bc_batch(pipeline.policy_tokenizer, sample["policy_observation"], sample["policy_action"],
-                      max_length=pipeline.max_prompt_length, max_action_length=pipeline.max_action_length,
-                      min_action_bucket=pipeline.action_bucket)
-    obs, act = tokens.observation, tokens.action
-    take = lambda t, i: Tokens(t.ids[i], t.mask[i])  # noqa: E731
-    logprobs, values = _in_chunks(lambda i: learner.token_stats(states.actor, trimmed(take(obs, i)), take(act, i)),
-                                  len(obs.ids), run.batch)
-    reference = np.zeros_like(logprobs)
-    if config.kl_coef:
-        reference, _ = _in_chunks(lambda i: learner.token_stats(states.actor, trimmed(take(obs, i)), take(act, i),
-                                                                reference=True),
-                                  len(obs.ids), run.batch)
-    estimator = config.estimator
-    layout = Layout.of(np.asarray(sample["episode"]), act.mask.sum(axis=1))
-    turn_q = np.zeros(len(obs.ids), np.float32)
-    if estimator.needs_critic:
-        critic_obs = pad(pipeline.critic_tokenizer, sample["critic_observation"], pipeline.max_critic_length)
-        critic_act = pad(pipeline.critic_tokenizer, sample["critic_action"], pipeline.max_critic_length,
-                         min_bucket=pipeline.action_bucket)
-        turn = learner.utterance_advantage if config.critic_baseline else learner.utterance_q  # Q - V, or Q
-        (turn_q,) = _in_chunks(lambda i: (turn(states.critic.params, take(critic_obs, i), take(critic_act, i)),),
-                               len(obs.ids), run.batch)
-    group = (np.unique(sample["episode"]) - first_episode) // c.rollout_group_size
-    rows = advantages.TokenRows(
-        rewards=layout.ends(np.asarray(sample["reward"], np.float32)), values=layout.to_rows(values),
-        mask=layout.to_rows(act.mask.astype(np.float32)), turn_end=layout.ends(np.ones(len(obs.ids), np.float32)),
-        turn_values=layout.ends(turn_q), group=group.astype(np.int32),
-    )
-    adv, ret = _estimate(config)(rows)
-    width = act.ids.shape[1]
-    return PPOBatch(obs, act, logprobs, values, layout.from_rows(adv, width), layout.from_rows(ret, width), reference)
+def compile_ppo_step(networks: Networks, tx, ppo: PPOConfig) -> StepProgram:
+    """PPO's step on a minibatch (:func:`archer_jax.learners.ppo.ppo_step`), compiled."""
+    return networks.compile_step(networks.traced(ppo_step, networks.actor_graphdef, tx, ppo),
+                                 networks.actor_shardings(tx, ppo.kl_coef > 0),
+                                 PPOBatch(networks.tokens_sharding(), networks.tokens_sharding(),
+                                          *(networks.batch_sharding(2),) * 5))
 
 
-def ppo_updates(run: Components, states: States, replay: ReplayBuffer, iteration: int) -> States:
-    """PPO's epochs over the newest rollout's transitions, in shuffled minibatches of ``run.batch``."""
-    c = run.config
-    positions = latest_positions(replay, c.rollout_size)
-    sample = replay.gather(positions)
-    first_episode = int(np.min(sample["episode"]))
-    batch = rollout_targets(run, states, sample, first_episode)
-    count, size = len(positions), run.batch
-    rng = np.random.default_rng([c.seed, iteration])
-    actor = states.actor
-    for _ in range(run.learner.ppo.epochs):
-        order = np.resize(rng.permutation(count), math.ceil(count / size) * size)  # the last minibatch wraps round
-        for start in range(0, len(order), size):
-            index = order[start : start + size]
-            minibatch = jax.tree.map(lambda x: x[index], batch)
-            minibatch = minibatch._replace(observation=trimmed(minibatch.observation))
-            actor, metrics = run.learner.ppo_step(actor, minibatch)
-            run.watchdog.add("actor", metrics)
-    return States(actor, states.critic)
+def compile_token_stats(networks: Networks, ppo: PPOConfig):
+    """``(params, frozen, observation, action) -> (log-probs, values)`` per action token, jitted
+    (:func:`archer_jax.learners.ppo.token_stats`, under the rollouts' temperature)."""
+    replicated = shd.replicated(networks.mesh)
+    return jax.jit(networks.traced(token_stats, networks.actor_graphdef, ppo.temperature),
+                   out_shardings=(replicated, replicated))
 
 
-def learn(run: Components, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
-    """``archer_hierarchical``: the utterance critic's TD steps first, and PPO only after
-    ``warmup_iter`` iterations (as ArCHer's actor); other estimators: PPO every iteration."""
-    critic_s = actor_s = 0.0
-    hierarchical = run.learner.ppo.estimator.needs_critic
-    if hierarchical:
-        states, critic_s = timed(critic_updates, run, states, replay, iteration, policy_pi_actions)
-    if not hierarchical or iteration > run.config.warmup_iter:
-        states, actor_s = timed(ppo_updates, run, states, replay, iteration)
-    return states, {"critic": critic_s, "actor": actor_s}
+def compile_turn_values(networks: Networks, ppo: PPOConfig):
+    """``(critic_params, observation, action) ->`` the turn level of ``archer_hierarchical``:
+    ``min Q(s, a)``, or ``min Q(s, a) - min V(s)`` with ``critic_baseline``, jitted."""
+    fn = utterance_advantage if ppo.critic_baseline else utterance_q
+    return jax.jit(networks.traced(fn, networks.critic_graphdef), out_shardings=shd.replicated(networks.mesh))
 
 
-def uses_critic(config) -> bool:
-    """Only ``archer_hierarchical`` builds the utterance critic."""
-    return advantages.get(config.ppo.adv_estimator).needs_critic
+class PPO(archer.ArCHer):
+    """PPO's epochs over each rollout (after ArCHer's critic steps for ``archer_hierarchical``).
 
+    With ``kl_coef > 0`` every actor state carries a copy of its initial parameters as ``target``:
+    the reference policy of the KL penalty, checkpointed with it and never updated.
+    """
 
-AGENT = Agent("ppo", act=sample_actions, learn=learn, needs_critic=uses_critic, ppo=True)
+    name = "ppo"
+    Config = Config
+
+    @classmethod
+    def config_of(cls, run_config) -> Config:
+        config = config_of(Config, run_config)
+        return dataclasses.replace(config, ppo=dataclasses.replace(config.ppo, temperature=run_config.sampling.temperature))
+
+    @classmethod
+    def networks_for(cls, config: Config) -> NetworkSpec:
+        """The utterance critic for ``archer_hierarchical`` only; the actor's value head (or value
+        model) for the estimators that read values."""
+        values = config.ppo.estimator.needs_values
+        return NetworkSpec(critic=config.ppo.estimator.needs_critic,
+                           token_baseline=config.learner.loss.needs_baseline or values,
+                           baseline_gradient=values and config.ppo.value_head == "shared",
+                           value_model=values and config.ppo.value_head == "separate")
+
+    def __init__(self, parts, config: Config):
+        archer.Agent.__init__(self, parts, config)
+        networks, ppo = self.networks, config.ppo
+        self.actor_target = ppo.kl_coef > 0
+        self.ppo_step = compile_ppo_step(networks, self.actor_tx, ppo)
+        self._token_stats = compile_token_stats(networks, ppo)
+        if networks.has_critic:
+            self.critic_step = archer.critic_step(networks, self.critic_tx, config.learner)
+            self._turn_values = compile_turn_values(networks, ppo)
+
+    def actor_optimizer(self, learning_rate: float):
+        """With a separate value model (``value_head="separate"``), the value model trains at the
+        critic's learning rate under its own gradient clipping, the policy at ``learning_rate``."""
+        learner = self.config.learner
+        if self.config.ppo.value_head != "separate":
+            return super().actor_optimizer(learning_rate)
+        return train_state.partitioned_optimizer(dict(policy=learning_rate, value=learner.critic_lr),
+                                                 learner.max_grad_norm, lambda key: "value" if key == "baseline" else "policy")
+
+    def token_stats(self, state: TrainState, observation: Tokens, action: Tokens, reference: bool = False):
+        """Per-token ``(log-probs, values)`` of the actor in ``state`` on padded policy tokens, as
+        NumPy arrays; ``reference``: the log-probs of its reference policy (``state.target``)."""
+        params = state.target if reference else state.params
+        logprobs, values = self._token_stats(params, state.frozen, observation, action)
+        return jax.device_get(logprobs), jax.device_get(values)
+
+    def turn_values(self, critic_params, observation: Tokens, action: Tokens):
+        """The turn level of ``archer_hierarchical``: ``min Q(s, a)`` of the utterance critic, or
+        ``min Q(s, a) - min V(s)`` with ``ppo.critic_baseline``, as NumPy."""
+        return jax.device_get(self._turn_values(critic_params, observation, action))
+
+    def rollout_targets(self, states: States, sample: dict, first_episode: int) -> PPOBatch:
+        """This rollout's whole PPO batch: tokens, ``log π_old``, ``V_old`` (and ``log π_ref``), and the
+        estimator's advantages and returns per action token."""
+        parts, pipeline, config = self.parts, self.parts.pipeline, self.config.ppo
+        tokens = pipeline.policy_batch(sample)
+        obs, act = tokens.observation, tokens.action
+        take = lambda t, i: Tokens(t.ids[i], t.mask[i])  # noqa: E731
+        logprobs, values = _in_chunks(lambda i: self.token_stats(states.actor, trimmed(take(obs, i)), take(act, i)),
+                                      len(obs.ids), parts.batch)
+        reference = np.zeros_like(logprobs)
+        if config.kl_coef:
+            reference, _ = _in_chunks(lambda i: self.token_stats(states.actor, trimmed(take(obs, i)), take(act, i),
+                                                                 reference=True),
+                                      len(obs.ids), parts.batch)
+        layout = pipeline.dialogue_rows(np.asarray(sample["episode"]), act.mask.sum(axis=1))
+        turn_q = np.zeros(len(obs.ids), np.float32)
+        if config.estimator.needs_critic:
+            critic_obs = pipeline.critic_tokens(sample["critic_observation"])
+            critic_act = pipeline.critic_tokens(sample["critic_action"], action=True)
+            (turn_q,) = _in_chunks(lambda i: (self.turn_values(states.critic.params, take(critic_obs, i),
+                                                               take(critic_act, i)),),
+                                   len(obs.ids), parts.batch)
+        group_of = (np.unique(sample["episode"]) - first_episode) // parts.config.rollout_group_size
+        rows = advantages.TokenRows(
+            rewards=layout.ends(np.asarray(sample["reward"], np.float32)), values=layout.to_rows(values),
+            mask=layout.to_rows(act.mask.astype(np.float32)), turn_end=layout.ends(np.ones(len(obs.ids), np.float32)),
+            turn_values=layout.ends(turn_q), group=group_of.astype(np.int32),
+        )
+        adv, ret = _estimate(config)(rows)
+        width = act.ids.shape[1]
+        return PPOBatch(obs, act, logprobs, values, layout.from_rows(adv, width), layout.from_rows(ret, width), reference)
+
+    def ppo_updates(self, states: States, replay: ReplayBuffer, iteration: int) -> States:
+        """PPO's epochs over the newest rollout's transitions, in shuffled minibatches of ``parts.batch``."""
+        parts, c = self.parts, self.parts.config
+        positions = latest_positions(replay, c.rollout_size)
+        sample = replay.gather(positions)
+        batch = self.rollout_targets(states, sample, int(np.min(sample["episode"])))
+        count, size = len(positions), parts.batch
+        rng = np.random.default_rng([c.seed, iteration])
+        actor = states.actor
+        for _ in range(self.config.ppo.epochs):
+            order = np.resize(rng.permutation(count), math.ceil(count / size) * size)  # the last minibatch wraps round
+            for start in range(0, len(order), size):
+                index = order[start : start + size]
+                minibatch = jax.tree.map(lambda x: x[index], batch)
+                minibatch = minibatch._replace(observation=trimmed(minibatch.observation))
+                actor, metrics = self.ppo_step(actor, minibatch)
+                parts.metrics.add("actor", metrics)
+        return States(actor, states.critic)
+
+    def learn(self, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
+        """``archer_hierarchical``: the utterance critic's TD steps first, and PPO only after
+        ``warmup_iter`` iterations (as ArCHer's actor); other estimators: PPO every iteration."""
+        critic_s = actor_s = 0.0
+        hierarchical = self.config.ppo.estimator.needs_critic
+        if hierarchical:
+            states, critic_s = timed(self.critic_updates, states, replay, iteration)
+        if not hierarchical or iteration > self.config.warmup_iter:
+            states, actor_s = timed(self.ppo_updates, states, replay, iteration)
+        return states, {"critic": critic_s, "actor": actor_s}

@@ -2,7 +2,7 @@
 
     from archer_jax import learners
     critic = learners.DoubleCritic(models.load_roberta("roberta-base"), rngs=nnx.Rngs(0))
-    learner = learners.Learner(learners.Actor(models.load_gpt2("gpt2")), critic, mesh=mesh)
+    networks = learners.Networks(learners.Actor(models.load_gpt2("gpt2")), critic, mesh=mesh)
 
 * :mod:`~archer_jax.learners.archer`: ArCHer's critic and actor steps (the paper's algorithm box);
   :mod:`~archer_jax.learners.bc`: the behaviour-cloning step (filtered BC, SFT).
@@ -11,14 +11,19 @@
   :mod:`~archer_jax.learners.optimization` (micro-batch gradients, Adam, non-finite guard, Polyak).
 * :mod:`~archer_jax.learners.critic`, :mod:`~archer_jax.learners.actor`: the networks.
 * :mod:`~archer_jax.learners.batches`: batch types and their layout from token rows.
-* :class:`~archer_jax.learners.learner.Learner`: jits the steps with explicit shardings.
+* :class:`~archer_jax.learners.networks.Networks`: the networks' graphs, shardings and states;
+  :func:`~archer_jax.learners.programs.compile_step` jits a step with explicit shardings (each
+  algorithm in :mod:`archer_jax.agents` compiles the steps it needs).
+* :class:`~archer_jax.learners.learner_config.LearnerConfig`: the learner's shared hyperparameters.
 """
 
 from archer_jax.learners.actor import Actor, TokenBaseline, action_logprobs, pack
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import CriticValues, DoubleCritic, MLPHead
 from archer_jax.learners.estimators import advantage, td_targets
-from archer_jax.learners.learner import Learner, LearnerConfig
+from archer_jax.learners.learner_config import LearnerConfig
+from archer_jax.learners.networks import Networks
+from archer_jax.learners.programs import compile_step
 from archer_jax.learners.optimization import polyak
 from archer_jax.learners.registry import ACTOR_LOSSES, ActorLoss, PolicyTerms, get_actor_loss
 from archer_jax.learners.selection import chai_select, filtered_bc_mask
@@ -34,9 +39,9 @@ __all__ = [
     "CriticBatch",
     "CriticValues",
     "DoubleCritic",
-    "Learner",
     "LearnerConfig",
     "MLPHead",
+    "Networks",
     "PolicyTerms",
     "TokenBaseline",
     "Tokens",
@@ -44,6 +49,7 @@ __all__ = [
     "action_logprobs",
     "advantage",
     "chai_select",
+    "compile_step",
     "filtered_bc_mask",
     "get_actor_loss",
     "pack",

@@ -16,6 +16,9 @@ whose ``pi_action`` is unused (the learner passes the dataset's action there too
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -30,6 +33,28 @@ from archer_jax.learners.train_state import TrainState
 Array = jax.Array
 
 V_TARGETS = ("min", "paired")
+
+
+@dataclasses.dataclass(frozen=True)
+class IQLConfig:
+    """Offline ArCHer's keys of ``config.learner`` (OfflineArcher's values): V's expectile (0.5 =
+    the SARSA variant), V's target (min: min of the target Qs, IQL's; paired: each V_i its own
+    Q̄_i, OfflineArcher's code), and the AWR actor's β (OfflineArcher's inv_temp) and weight clip."""
+
+    expectile: float = 0.9
+    iql_v_target: str = "min"
+    awr_beta: float = 1.0
+    awr_clip: float = 100.0
+
+    def __post_init__(self):
+        if not 0 < self.expectile < 1:
+            raise ValueError(f"expectile: must be in (0, 1), got {self.expectile}")
+        if self.iql_v_target not in V_TARGETS:
+            raise ValueError(f"iql_v_target: unknown value {self.iql_v_target!r}; known: {', '.join(V_TARGETS)}")
+        if not (math.isfinite(self.awr_clip) and self.awr_clip > 0):
+            raise ValueError(f"awr_clip: must be finite and > 0, got {self.awr_clip}")
+        if not math.isfinite(self.awr_beta) or self.awr_beta < 0:
+            raise ValueError(f"awr_beta: must be finite and >= 0, got {self.awr_beta}")
 
 
 def iql_v_targets(q1: Array, q2: Array, v_target: str) -> tuple[Array, Array]:

@@ -16,6 +16,7 @@ run over the step's action tokens, whatever its micro-batch layout. The loop aro
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple
 
 import jax
@@ -61,11 +62,26 @@ class PPOConfig:
     temperature: float = 1.0
 
     def __post_init__(self):
-        advantages.get(self.adv_estimator)  # a KeyError lists the registered ones
+        """Raises ValueError naming the key (``config.ppo.<key>`` in a run's config)."""
+        if self.adv_estimator not in advantages.ESTIMATORS:
+            raise ValueError(f"adv_estimator: unknown value {self.adv_estimator!r}; known: {', '.join(advantages.ESTIMATORS)}")
         if self.value_head not in VALUE_HEADS:
-            raise ValueError(f"value_head must be one of {VALUE_HEADS}, got {self.value_head!r}")
+            raise ValueError(f"value_head: unknown value {self.value_head!r}; known: {', '.join(VALUE_HEADS)}")
+        if self.epochs < 1:
+            raise ValueError(f"epochs: must be >= 1, got {self.epochs}")
+        if not 0 < self.clip < 1:
+            raise ValueError(f"clip: must be in (0, 1), got {self.clip}")
+        if not (math.isfinite(self.value_clip) and self.value_clip > 0):
+            raise ValueError(f"value_clip: must be finite and > 0, got {self.value_clip}")
+        for name in ("vf_coef", "kl_coef"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name}: must be finite and >= 0, got {getattr(self, name)}")
+        for name in ("gamma", "lam", "high_level_gamma", "archer_alpha"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name}: must be in [0, 1], got {getattr(self, name)}")
         if self.critic_baseline and not advantages.get(self.adv_estimator).needs_critic:
-            raise ValueError(f"critic_baseline needs an estimator that reads the critic, not {self.adv_estimator!r}")
+            raise ValueError(f"critic_baseline: only archer_hierarchical reads the utterance critic, "
+                             f"not adv_estimator {self.adv_estimator!r}")
 
     @property
     def estimator(self) -> advantages.Estimator:

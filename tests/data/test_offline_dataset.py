@@ -119,9 +119,9 @@ def test_bad_files_in_a_directory_and_a_missing_split_are_named(tmp_path):
 
 def test_a_bad_dataset_stops_the_run_before_anything_is_built(tmp_path, monkeypatch):
     def built(*args, **kwargs):
-        raise AssertionError("Components were built before the bad dataset was reported")
+        raise AssertionError("the run's parts were built before the bad dataset was reported")
 
-    monkeypatch.setattr(train, "Components", built)
+    monkeypatch.setattr(train, "Parts", built)
     path = tmp_path / "data.json"
     path.write_text("{}")
     with pytest.raises(ConfigError, match=rf"^config.offline.dataset: {path}: expected a JSON list of games, got an object"):

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from archer_jax import prompts, rollout
-from archer_jax.agents import rollouts
 from archer_jax.envs import registry
 from archer_jax.envs.base import EnvError
 from archer_jax.envs.pool import EnvPool
@@ -41,7 +40,7 @@ def _fixed_goals(handler) -> list[int]:
 
 
 def _run(url: str, rollout_size: int = 16, eval_size: int = 10) -> types.SimpleNamespace:
-    """What rollouts.collect/evaluate read from Components: config, pool, keys."""
+    """What rollout.collect/evaluate read from a run's parts: config, pool, keys."""
     import jax
 
     config = ml_collections.ConfigDict(dict(seed=0, rollout_size=rollout_size, rollout_group_size=1, eval_size=eval_size,
@@ -54,7 +53,7 @@ def _run(url: str, rollout_size: int = 16, eval_size: int = 10) -> types.SimpleN
 class _Searcher:
     """An agent that searches on every turn."""
 
-    def act(self, run, states, observations, key, greedy, rows):
+    def act(self, states, observations, key, greedy, rows):
         return ["search[item]"] * len(observations)
 
 
@@ -63,7 +62,7 @@ def test_rollouts_play_training_goals_and_evaluations_the_eval_goals(server):
     run = _run(url)
     try:
         handler.requests.clear()
-        episodes = rollouts.collect(run, _Searcher(), None, iteration=3)
+        episodes = rollout.collect(run, _Searcher().act, None, iteration=3)
         seeds = np.random.SeedSequence([0, 3]).generate_state(16)  # the rollout seeds collect uses
         goals = [run.pool.local_env(i).goal for i in range(16)]
         assert goals == [TRAIN[0] + int(s) % (TRAIN[1] - TRAIN[0]) for s in seeds]
@@ -76,11 +75,11 @@ def test_rollouts_play_training_goals_and_evaluations_the_eval_goals(server):
             WebShop(url, train_goals=TRAIN, eval_goals=EVAL).reset(goal=int(seeds.max()))
 
         handler.requests.clear()
-        first = rollouts.evaluate(run, _Searcher(), None)
+        first = rollout.evaluate(run, _Searcher().act, None)
         eval_goals = [run.pool.local_env(i).goal for i in range(10)]
         assert sorted(eval_goals) == list(range(*EVAL))  # ten distinct goals, all evaluation goals
         assert set(_fixed_goals(handler)) == set(eval_goals)  # and no other session was opened
-        rollouts.evaluate(run, _Searcher(), None)
+        rollout.evaluate(run, _Searcher().act, None)
         assert [run.pool.local_env(i).goal for i in range(10)] == eval_goals  # the same every evaluation
         assert len(first) == 10
     finally:
@@ -134,7 +133,7 @@ def test_count_goals_bisects():
 def test_seeds_map_into_the_ranges():
     goals = GoalRanges(TRAIN, EVAL)
     assert [goals.goal(s) for s in (0, 29, 30, 2**32 - 1)] == [10, 39, 10, 10 + (2**32 - 1) % 30]
-    assert [goals.goal(rollouts.EVAL_SEED + i, "eval") for i in range(10)] == list(range(10))
+    assert [goals.goal(rollout.EVAL_SEED + i, "eval") for i in range(10)] == list(range(10))
     assert goals.goal(np.uint32(4_000_000_000)) == 10 + 4_000_000_000 % 30
     assert goals.highest == N - 1 and not goals.overlap and GoalRanges((0, 5), (4, 9)).overlap
     assert GoalRanges() == GoalRanges((1500, 12087), (500, 1500))  # WebShop's train and dev splits

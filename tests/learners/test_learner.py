@@ -8,6 +8,7 @@ import pytest
 
 from archer_jax import learners, sharding
 from archer_jax.learners import archer, train_state
+from tests.learners.steps import Steps
 from tests.learners.conftest import actor_batch, critic_batch, make_modules
 
 CONFIG = learners.LearnerConfig(critic_lr=1e-4, actor_lr=1e-4)
@@ -29,7 +30,7 @@ def max_rel_err(a, b) -> float:
 
 def run_steps(tiny_dirs, tokenizers, mesh=None, config=CONFIG):
     actor, critic = make_modules(tiny_dirs)
-    learner = learners.Learner(actor, critic, config, mesh=mesh)
+    learner = Steps(actor, critic, config, mesh=mesh)
     critic_state, critic_metrics = learner.critic_step(learner.init_critic(), critic_batch(tokenizers))
     actor_state, actor_metrics = learner.actor_step(learner.init_actor(), critic_state.params, actor_batch(tokenizers))
     return learner, critic_state, actor_state, critic_metrics, actor_metrics
@@ -79,7 +80,7 @@ def test_a_replicated_critic_beside_a_sharded_policy_steps_as_on_one_device(tiny
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices: XLA_FLAGS=--xla_force_host_platform_device_count=8 (set by conftest)")
     actor, critic = make_modules(tiny_dirs)
-    learner = learners.Learner(actor, critic, MESH_CONFIG, mesh=sharding.make_mesh(1, 8, 1),
+    learner = Steps(actor, critic, MESH_CONFIG, mesh=sharding.make_mesh(1, 8, 1),
                                critic_rules=sharding.REPLICATED_RULES)
     critic_state, _ = learner.critic_step(learner.init_critic(), critic_batch(tokenizers))
     actor_state, _ = learner.actor_step(learner.init_actor(), critic_state.params, actor_batch(tokenizers))
@@ -91,7 +92,7 @@ def test_a_replicated_critic_beside_a_sharded_policy_steps_as_on_one_device(tiny
 
 def test_each_step_changes_only_its_own_network(tiny_dirs, tokenizers):
     actor, critic = make_modules(tiny_dirs)
-    learner = learners.Learner(actor, critic, CONFIG)
+    learner = Steps(actor, critic, CONFIG)
     critic_state, actor_state = learner.init_critic(), learner.init_actor()
     actor_before = as_numpy(actor_state.params)
     critic_state, _ = learner.critic_step(critic_state, critic_batch(tokenizers))
@@ -135,7 +136,7 @@ def test_clipping_uses_this_networks_global_norm(tiny_dirs, tokenizers):
 
 def test_a_non_finite_loss_skips_the_step(tiny_dirs, tokenizers):
     actor, critic = make_modules(tiny_dirs)
-    learner = learners.Learner(actor, critic, CONFIG)
+    learner = Steps(actor, critic, CONFIG)
     state = learner.init_critic()
     before = as_numpy((state.params, state.target, state.opt_state))
     batch = critic_batch(tokenizers)
@@ -152,7 +153,7 @@ def test_a_non_finite_loss_skips_the_step(tiny_dirs, tokenizers):
 def test_metrics_and_the_token_baseline_variant(tiny_dirs, tokenizers):
     actor, critic = make_modules(tiny_dirs, token_baseline=True)
     config = learners.LearnerConfig(actor_loss="actor_token_baseline")
-    learner = learners.Learner(actor, critic, config)
+    learner = Steps(actor, critic, config)
     critic_state, cm = learner.critic_step(learner.init_critic(), critic_batch(tokenizers))
     actor_state, am = learner.actor_step(learner.init_actor(), critic_state.params, actor_batch(tokenizers))
     for key in ("loss", "q_loss", "v_loss", "grad_norm", "q1/mean", "q1/std", "v_target/max", "q_target/min"):
@@ -161,13 +162,13 @@ def test_metrics_and_the_token_baseline_variant(tiny_dirs, tokenizers):
         assert np.isfinite(float(am[key])), key
     assert float(am["action_logprob/max"]) < 0
     with pytest.raises(ValueError, match="needs an Actor built with token_baseline=True"):
-        learners.Learner(make_modules(tiny_dirs)[0], critic, config)
+        Steps(make_modules(tiny_dirs)[0], critic, config)
 
 
 def test_bad_batches_give_clear_errors(tiny_dirs, tokenizers):
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices")
     actor, critic = make_modules(tiny_dirs)
-    learner = learners.Learner(actor, critic, CONFIG, mesh=sharding.make_mesh(8, 1, 1))
+    learner = Steps(actor, critic, CONFIG, mesh=sharding.make_mesh(8, 1, 1))
     with pytest.raises(ValueError, match="batch size 6 is not a multiple of the mesh's batch axes"):
         learner.critic_step(learner.init_critic(), critic_batch(tokenizers, n=6))

@@ -16,6 +16,7 @@ from flax import nnx
 from archer_jax import learners
 from tests.learners import text_batches as batches
 from tests.learners.conftest import make_modules
+from tests.learners.steps import Steps
 
 GAMMA = 0.9
 S0 = "Questions:\n"
@@ -38,7 +39,7 @@ def test_critic_learns_the_true_values_and_the_actor_the_better_action(tiny_dirs
     policy_tok, critic_tok = tokenizers
     actor, critic = make_modules(tiny_dirs, seed=1)
     config = learners.LearnerConfig(gamma=GAMMA, tau=0.1, critic_lr=1e-3, actor_lr=3e-4, max_grad_norm=1.0)
-    learner = learners.Learner(actor, critic, config)
+    learner = Steps(actor, critic, config)
     obs, act, rew, nxt, term, pi = zip(*transitions())
     batch = batches.critic_batch(critic_tok, obs, act, nxt, pi, rew, term)
 

@@ -13,6 +13,7 @@ from archer_jax.learners import batches, bc, train_state
 from archer_jax.models import lora
 from archer_jax.replay import ReplayBuffer
 from archer_jax.sampling import Sampler, SamplingParams
+from tests.learners.steps import Steps
 from tests.learners.conftest import ACTIONS, OBSERVATIONS
 
 CONFIG = learners.LearnerConfig(critic_lr=1e-3, actor_lr=1e-3)
@@ -42,7 +43,7 @@ def host(tree):
 @pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_only_the_adapters_train_and_the_base_stays_put(llama_dir):
     actor, wrapped = lora_actor(llama_dir)
-    learner = learners.Learner(actor, None, CONFIG)
+    learner = Steps(actor, None, CONFIG)
     state = learner.init_actor()
     assert len(jax.tree.leaves(state.params)) == 2 * len(wrapped) == 16  # A and B of q/k/v/o in 2 layers
     assert state.frozen is not None and len(jax.tree.leaves(state.frozen)) > 20
@@ -72,7 +73,7 @@ def test_only_the_adapters_train_and_the_base_stays_put(llama_dir):
     b = state.params["policy"]["layers"][0]["self_attn"]["query"]["lora_b"][...]
     assert np.abs(np.asarray(b)).max() > 0  # B left zero: the adapters moved
 
-    one = learners.Learner(lora_actor(llama_dir)[0], None, CONFIG)
+    one = Steps(lora_actor(llama_dir)[0], None, CONFIG)
     first, _ = one.bc_step(one.init_actor(), batch)
     for got, want in zip(jax.tree.leaves(host(first.params)), jax.tree.leaves(host(expected)), strict=True):
         np.testing.assert_allclose(got, want, atol=1e-6)
@@ -80,7 +81,7 @@ def test_only_the_adapters_train_and_the_base_stays_put(llama_dir):
 
 def test_the_sampler_acts_with_adapters_and_base_together(llama_dir):
     actor, _ = lora_actor(llama_dir)
-    learner = learners.Learner(actor, None, CONFIG)
+    learner = Steps(actor, None, CONFIG)
     state = learner.init_actor()
     for _ in range(3):
         state, _ = learner.bc_step(state, bc_batch(llama_dir))
@@ -95,14 +96,14 @@ def test_the_sampler_acts_with_adapters_and_base_together(llama_dir):
 
 def test_checkpoints_hold_the_adapters_not_the_base(llama_dir, tmp_path):
     actor, _ = lora_actor(llama_dir)
-    learner = learners.Learner(actor, None, CONFIG)
+    learner = Steps(actor, None, CONFIG)
     state, _ = learner.bc_step(learner.init_actor(), bc_batch(llama_dir))
     checkpoints = Checkpoints(tmp_path / "checkpoints")
     checkpoints.save(1, actor=state, critic=None, replay=ReplayBuffer(8), loop={"iteration": 1})
     saved = sum(f.stat().st_size for f in (tmp_path / "checkpoints" / "1" / "actor").rglob("*") if f.is_file())
     base = sum(x.nbytes for x in jax.tree.leaves(host(state.frozen)))
     assert saved < base / 4  # the adapters and their Adam moments, not the 4x larger base
-    fresh = learners.Learner(lora_actor(llama_dir)[0], None, CONFIG).init_actor()
+    fresh = Steps(lora_actor(llama_dir)[0], None, CONFIG).init_actor()
     restored, _, _, _ = checkpoints.restore(1, actor=fresh, critic=None)
     jax.tree.map(np.testing.assert_array_equal, host(restored.params), host(state.params))
     assert restored.frozen is fresh.frozen
@@ -124,6 +125,6 @@ def test_lora_dropout_masks_the_adapters_input_afresh_each_step(llama_dir):
     deterministic, first, second = loss(None), loss(np.int32(0)), loss(np.int32(1))
     assert len({round(x, 4) for x in (deterministic, first, second)}) == 3
     assert loss(np.int32(1)) == second
-    learner = learners.Learner(learners.Actor(policy), None, CONFIG)  # the learner runs it too
+    learner = Steps(learners.Actor(policy), None, CONFIG)  # the learner runs it too
     state, metrics = learner.bc_step(learner.init_actor(), batch)
     assert int(metrics["skipped"]) == 0 and np.isfinite(float(metrics["loss"]))

@@ -8,6 +8,7 @@ from archer_jax import learners
 from archer_jax.errors import TrainingError
 from archer_jax.learners import micro_batching
 from archer_jax.learners.micro_batching import candidate_sizes, parse_micro_batch_size, program_bytes
+from tests.learners.steps import Steps
 from tests.learners.conftest import actor_batch, critic_batch, make_modules
 from tests.learners.test_learner import as_numpy, max_rel_err
 
@@ -23,14 +24,14 @@ def test_sizes_and_settings():
     for bad in (0, -2, "eight", 2.0, True):
         with pytest.raises(ValueError, match="micro_batch_size must be 'auto' or a positive integer"):
             parse_micro_batch_size(bad)
-    with pytest.raises(ValueError, match="micro_batch_size must be"):
+    with pytest.raises(ValueError, match="micro_batch_size: must be"):
         learners.LearnerConfig(micro_batch_size="big")
 
 
 def steps(tiny_dirs, tokenizers, micro_batch_size):
     """One critic, actor (token baseline) and BC step on 16 transitions, cut in ``micro_batch_size``."""
     config = learners.LearnerConfig(**{**CONFIG.__dict__, "micro_batch_size": micro_batch_size})
-    learner = learners.Learner(*make_modules(tiny_dirs, token_baseline=True), config)
+    learner = Steps(*make_modules(tiny_dirs, token_baseline=True), config)
     critic, cm = learner.critic_step(learner.init_critic(), critic_batch(tokenizers, n=16))
     actor, am = learner.actor_step(learner.init_actor(), critic.params, actor_batch(tokenizers, n=16))
     batch = actor_batch(tokenizers, n=16, seed=1)
@@ -67,7 +68,7 @@ def test_every_layout_gives_the_same_step(size, tiny_dirs, tokenizers, whole):
 
 @pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_auto_takes_the_largest_micro_batch_that_fits(tiny_dirs, tokenizers, monkeypatch):
-    learner = learners.Learner(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=16))
+    learner = Steps(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=16))
     state = learner.init_actor()
     batch = actor_batch(tokenizers, n=16)
     batch = learners.BCBatch(batch.observation, batch.action)
@@ -79,14 +80,14 @@ def test_auto_takes_the_largest_micro_batch_that_fits(tiny_dirs, tokenizers, mon
 
     def auto_with(free: float):
         monkeypatch.setattr(micro_batching, "device_free_bytes", lambda devices: int(free))
-        auto = learners.Learner(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size="auto"))
+        auto = Steps(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size="auto"))
         return auto, auto.init_actor()
 
     auto, fresh = auto_with((need[8] + need[16]) / 2 / micro_batching.HEADROOM)
     new, metrics = auto.bc_step(fresh, batch)
     (layout,) = auto.programs()["bc_step"].layouts.values()
     assert (layout.size, layout.count, layout.need_bytes) == (8, 2, need[8])
-    fixed = learners.Learner(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=8))
+    fixed = Steps(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=8))
     reference, reference_metrics = fixed.bc_step(fixed.init_actor(), batch)
     assert max_rel_err(as_numpy(new.params), as_numpy(reference.params)) == 0  # the same program ran
     assert float(metrics["loss"]) == float(reference_metrics["loss"])
@@ -100,7 +101,7 @@ def test_auto_takes_the_largest_micro_batch_that_fits(tiny_dirs, tokenizers, mon
 def test_auto_stays_within_its_limit(tiny_dirs, tokenizers):
     """On CPUs the run caps "auto" at the config's batch_size (larger micro-batches ran slower there)."""
     assert micro_batching.auto_limit("cpu", 8) == 8 and micro_batching.auto_limit("gpu", 8) is None
-    learner = learners.Learner(*make_modules(tiny_dirs), learners.LearnerConfig(), micro_batch_limit=4)
+    learner = Steps(*make_modules(tiny_dirs), learners.LearnerConfig(), micro_batch_limit=4)
     learner.critic_step(learner.init_critic(), critic_batch(tokenizers, n=16))
     assert [(x.size, x.count) for x in learner.programs()["critic_step"].layouts.values()] == [(4, 4)]
 
@@ -117,9 +118,9 @@ def test_free_memory_is_read_from_the_devices():
 
 @pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
 def test_a_fixed_micro_batch_must_cut_the_batch(tiny_dirs, tokenizers):
-    learner = learners.Learner(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=5))
+    learner = Steps(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=5))
     with pytest.raises(ValueError, match=r"learner.micro_batch_size 5 does not cut a batch of 16 .* try one of \[16, 8, 4, 2, 1\]"):
         learner.critic_step(learner.init_critic(), critic_batch(tokenizers, n=16))
-    larger = learners.Learner(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=64))
+    larger = Steps(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=64))
     larger.critic_step(larger.init_critic(), critic_batch(tokenizers, n=16))  # one micro-batch of the whole step
     assert [(x.size, x.count) for x in larger.programs()["critic_step"].layouts.values()] == [(16, 1)]

@@ -10,6 +10,7 @@ from flax import nnx
 
 from archer_jax import learners
 from archer_jax.learners import losses, offline_archer, train_state
+from tests.learners.steps import Steps
 from tests.learners.conftest import actor_batch, critic_batch, make_modules
 
 RTOL = 1e-5
@@ -92,13 +93,13 @@ def _as_numpy(tree):
 
 # One learner for both steps (one build, two compilations): the IQL critic step with expectile 0.8
 # and the AWR actor step with β 2 and clip 3.
-CONFIG = learners.LearnerConfig(critic_lr=1e-3, actor_lr=1e-3, gamma=0.9, tau=0.2, expectile=0.8, actor_loss="awr",
-                                awr_beta=2.0, awr_clip=3.0)
+CONFIG = learners.LearnerConfig(critic_lr=1e-3, actor_lr=1e-3, gamma=0.9, tau=0.2, actor_loss="awr")
+IQL = offline_archer.IQLConfig(expectile=0.8, awr_beta=2.0, awr_clip=3.0)
 
 
 @pytest.fixture(scope="module")
 def learner(tiny_dirs):
-    return learners.Learner(*make_modules(tiny_dirs), CONFIG)
+    return Steps(*make_modules(tiny_dirs), CONFIG, IQL)
 
 
 def _max_abs_err(a, b) -> float:
@@ -165,7 +166,7 @@ def test_awr_actor_step_equals_an_independent_autodiff_step(learner, tiny_dirs, 
 
 
 def test_offline_learner_config_is_checked():
-    with pytest.raises(ValueError, match="expectile must be in"):
-        learners.LearnerConfig(expectile=1.0)
-    with pytest.raises(ValueError, match="iql_v_target must be one of"):
-        learners.LearnerConfig(iql_v_target="max")
+    with pytest.raises(ValueError, match=r"expectile: must be in \(0, 1\)"):
+        offline_archer.IQLConfig(expectile=1.0)
+    with pytest.raises(ValueError, match="iql_v_target: unknown value 'max'; known: min, paired"):
+        offline_archer.IQLConfig(iql_v_target="max")

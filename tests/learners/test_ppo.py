@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from archer_jax.agents.ppo import Layout
+from archer_jax.dialogue_rows import DialogueRows as Layout
 from archer_jax import models
 from archer_jax.learners import Actor, LearnerConfig, ppo
 from archer_jax.learners.optimization import summarize
-from archer_jax.learners.ppo_learner import PPOLearner
+from tests.learners.steps import Steps
 from archer_jax.models.tokenizer import Tokens
 
 
@@ -96,7 +96,7 @@ def test_masked_summaries():
 
 
 def test_config_checks():
-    with pytest.raises(KeyError, match="unknown advantage estimator"):
+    with pytest.raises(ValueError, match="adv_estimator: unknown value 'vtrace'"):
         ppo.PPOConfig(adv_estimator="vtrace")
     with pytest.raises(ValueError, match="value_head"):
         ppo.PPOConfig(value_head="twin")
@@ -127,7 +127,7 @@ def test_ppo_step_on_a_tiny_policy(tiny_dirs):
     policy = models.load_gpt2(tiny_dirs[0])
     config = ppo.PPOConfig(vf_coef=0.5, kl_coef=0.1)
     actor = Actor(policy, token_baseline=True, baseline_gradient=True, rngs=nnx.Rngs(0))
-    learner = PPOLearner(actor, None, LearnerConfig(actor_lr=1e-3), ppo=config, matmul_precision="highest")
+    learner = Steps(actor, None, LearnerConfig(actor_lr=1e-3), ppo=config, matmul_precision="highest")
     state = learner.init_actor()
     assert state.target is not None  # the reference policy, for the KL term
     rng = np.random.default_rng(0)
@@ -157,7 +157,7 @@ def test_a_separate_value_model_is_trained_by_the_value_loss_alone(tiny_dirs):
     config = ppo.PPOConfig(value_head="separate", vf_coef=1.0)
     actor = Actor(models.load_gpt2(tiny_dirs[0]), token_baseline=True, value_model=models.load_gpt2(tiny_dirs[0]),
                   rngs=nnx.Rngs(0))
-    learner = PPOLearner(actor, None, LearnerConfig(actor_lr=1e-3, critic_lr=1e-2), ppo=config)
+    learner = Steps(actor, None, LearnerConfig(actor_lr=1e-3, critic_lr=1e-2), ppo=config)
     state = learner.init_actor()
     rng = np.random.default_rng(1)
     obs = Tokens(rng.integers(1, 100, (8, 16)).astype(np.int32), np.ones((8, 16), np.int32))
@@ -195,7 +195,7 @@ def test_log_probs_are_taken_at_the_sampling_temperature(tiny_dirs):
 
     policy = models.load_gpt2(tiny_dirs[0])
     actor = Actor(policy, token_baseline=True, rngs=nnx.Rngs(0))
-    learner = PPOLearner(actor, None, LearnerConfig(), ppo=ppo.PPOConfig(temperature=0.7), matmul_precision="highest")
+    learner = Steps(actor, None, LearnerConfig(), ppo=ppo.PPOConfig(temperature=0.7), matmul_precision="highest")
     state = learner.init_actor()
     rng = np.random.default_rng(2)
     obs = Tokens(rng.integers(1, 100, (2, 16)).astype(np.int32), np.ones((2, 16), np.int32))
@@ -216,7 +216,7 @@ def test_the_critic_baseline_is_the_critics_own_advantage(tiny_dirs, tokenizers)
 
     actor, critic = make_modules(tiny_dirs, token_baseline=True)
     config = ppo.PPOConfig(adv_estimator="archer_hierarchical", critic_baseline=True)
-    learner = PPOLearner(actor, critic, LearnerConfig(), ppo=config, matmul_precision="highest")
+    learner = Steps(actor, critic, LearnerConfig(), ppo=config, matmul_precision="highest")
     state = learner.init_critic()
     batch = critic_batch(tokenizers, n=8)
     heads = nnx.merge(learner.critic_graphdef, state.params)(batch.observation, batch.action)
@@ -225,5 +225,5 @@ def test_the_critic_baseline_is_the_critics_own_advantage(tiny_dirs, tokenizers)
                                np.minimum(q1, q2) - np.minimum(v1, v2), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(learner.utterance_q(state.params, batch.observation, batch.action),
                                np.minimum(q1, q2), rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="critic_baseline needs an estimator that reads the critic, not 'gae'"):
+    with pytest.raises(ValueError, match="critic_baseline: only archer_hierarchical reads the utterance critic, not adv_estimator 'gae'"):
         ppo.PPOConfig(adv_estimator="gae", critic_baseline=True)

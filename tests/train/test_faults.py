@@ -21,7 +21,6 @@ import pytest
 
 from archer_jax import history, train
 from archer_jax.checkpoint import Checkpoints
-from archer_jax.components import Components
 from archer_jax.errors import ConfigError, RunInterrupted, TrainingError
 from archer_jax.loop_state import LoopState
 from archer_jax.train import train_and_evaluate
@@ -67,12 +66,12 @@ CORRUPTIONS = {
 @pytest.fixture(scope="module")
 def templates(finished):
     """The (actor, critic) states a restore fills, built once for the micro config."""
-    run = Components(micro(**THREE), finished)
+    agent = train.build_agent(micro(**THREE), finished)
     try:
-        states = run.init_states()
+        states = agent.init_states()
         return states.actor, states.critic
     finally:
-        run.close()
+        agent.parts.close()
 
 
 def _restore_latest(workdir: Path, templates):
@@ -153,29 +152,27 @@ def test_the_last_good_checkpoint_survives_rotation(finished, tmp_path):
 def _signal_during(monkeypatch, phase: str, iteration: int, signals: tuple[int, ...]):
     """Sends ``signals`` to this process while ``phase`` ("collect" or "learn") of ``iteration`` runs."""
     if phase == "collect":
-        original = train.collect
+        original = train.rollout.collect
 
-        def hooked(run, agent, states, it):
+        def hooked(parts, act, states, it):
             if it == iteration:
                 for sig in signals:
                     os.kill(os.getpid(), sig)
-            return original(run, agent, states, it)
+            return original(parts, act, states, it)
 
-        monkeypatch.setattr(train, "collect", hooked)
+        monkeypatch.setattr(train.rollout, "collect", hooked)
     else:
-        import dataclasses
+        from archer_jax.agents import archer
 
-        from archer_jax import agents
+        original = archer.ArCHer.learn
 
-        archer = agents.AGENTS["archer"]
-
-        def hooked(run, states, replay, it):
+        def hooked(self, states, replay, it):
             if it == iteration:
                 for sig in signals:
                     os.kill(os.getpid(), sig)
-            return archer.learn(run, states, replay, it)
+            return original(self, states, replay, it)
 
-        monkeypatch.setitem(agents.AGENTS, "archer", dataclasses.replace(archer, learn=hooked))
+        monkeypatch.setattr(archer.ArCHer, "learn", hooked)
 
 
 def test_a_signal_during_a_rollout_abandons_it_saves_the_last_iteration_and_reports(monkeypatch, tmp_path):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from archer_jax.checkpoint import Checkpoints
-from archer_jax.components import Components
+from archer_jax.train import build_agent
 from archer_jax.train import train_and_evaluate
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "20q_llm.py"
@@ -46,9 +46,10 @@ def test_micro_trains_the_adapters_only_and_resumes_exactly(tmp_path):
     resumed = train_and_evaluate(c, tmp_path / "resumed")
     assert resumed["eval_return_after"] == straight["eval_return_after"]
 
-    run = Components(c, tmp_path / "straight")
+    agent = build_agent(c, tmp_path / "straight")
+    run = agent.parts
     try:
-        states = run.init_states()
+        states = agent.init_states()
         assert states.actor.frozen is not None  # the base is frozen ...
         names = {str(path[-1]) for path, _ in jax.tree_util.tree_flatten_with_path(states.actor.params)[0]}
         assert {n.strip(".'[]") for n in names} <= {"lora_a", "lora_b", "value"}  # ... and only adapters train
@@ -79,16 +80,17 @@ def test_the_official_setting_starts_on_a_mistral_directory(tmp_path):
     c = config("")
     c.model.policy, c.model.critic = str(tmp_path / "mistral"), "tiny:roberta"
     c.env.workers = 0
-    run = Components(c, tmp_path / "run")
+    agent = build_agent(c, tmp_path / "run")
+    run = agent.parts
     try:
         policy = run.actor_module.policy
         gate = policy.layers[0].mlp.gate_proj.kernel[...]
         assert gate.dtype == jax.numpy.bfloat16 and gate.sharding.spec[0] == "fsdp"
         assert len(gate.sharding.device_set) == 8
-        states = run.init_states()
+        states = agent.init_states()
         assert {x.dtype for x in jax.tree.leaves(states.actor.params)} == {np.dtype("float32")}  # adapters
         observations = ["Questions:\n", "Questions:\nIs the object alive? No.\n"]
-        texts = run.acting.sample(run.policy(states), observations, jax.random.key(0))
+        texts = run.acting.sample(agent.policy(states), observations, jax.random.key(0))
         assert len(texts) == 2 and all(isinstance(t, str) for t in texts)
         (prompt,) = run.pipeline.policy_rows(observations[:1])
         assert "[INST] Please play Twenty Questions" in run.pipeline.policy_tokenizer.decode(prompt)

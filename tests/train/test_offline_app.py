@@ -11,7 +11,7 @@ import pytest
 
 from archer_jax import config as config_lib
 from archer_jax import handover
-from archer_jax.components import Components
+from archer_jax.train import build_agent
 from archer_jax.errors import ConfigError
 from archer_jax.train import train_and_evaluate
 from tests.train.test_train_app import assert_same_tree, micro, micro_of, restored, without_time
@@ -89,9 +89,10 @@ def test_offline_bc_agents_train_the_policy_only(agent, tmp_path):
 def test_online_archer_starts_from_the_offline_run(offline_run, tmp_path):
     workdir, c, summary, _ = offline_run
     online = micro(init_from=str(workdir), sft__steps=0, iterations=1)
-    run = Components(online, tmp_path / "components")
+    agent = build_agent(online, tmp_path / "components")
+    run = agent.parts
     try:
-        states = handover.initial_states(run, run.init_states(), workdir)
+        states = handover.initial_states(agent, agent.init_states(), workdir)
     finally:
         run.close()
     actor, critic, _, _ = restored(workdir, c)

@@ -27,10 +27,9 @@ from archer_jax import config as config_lib
 from archer_jax.checkpoint import Checkpoints
 from archer_jax.envs import registry
 from archer_jax.envs.base import StepResult
-from archer_jax.components import Components
 from archer_jax.envs.twenty_questions import TwentyQuestionsSubset
 from archer_jax.errors import TrainingError
-from archer_jax.train import train_and_evaluate
+from archer_jax.train import build_agent, train_and_evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "20q.py"
@@ -59,11 +58,12 @@ def cli(workdir: Path, *flags: str) -> list[str]:
 
 def restored(workdir: Path, c, step: int | None = None):
     """(actor, critic, replay, loop) of a run's checkpoint (default: the latest)."""
-    run = Components(c, workdir)
+    agent = build_agent(c, workdir)
+    run = agent.parts
     try:
         checkpoints = Checkpoints(workdir / "checkpoints")
         step = checkpoints.latest() if step is None else step
-        states = run.init_states()
+        states = agent.init_states()
         return checkpoints.restore(step, actor=states.actor, critic=states.critic)
     finally:
         run.close()

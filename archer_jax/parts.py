@@ -1,9 +1,13 @@
-"""The pieces of a training run, built from a (validated) config: models, sampler, learner,
-acting rules, env pool, replay buffer, and the run's random keys.
+"""The shared parts of a training run, built from a (validated) config: models, tokenizers,
+sampler, input pipeline, acting rules, env pool, mesh, and the run's random keys.
 
-:mod:`archer_jax.train` runs the loop with these, and the agents (:mod:`archer_jax.agents`) run
-their updates with them. Randomness is derived from ``config.seed`` and the iteration (JAX keys
-by ``fold_in``, env seeds by ``SeedSequence``), plus the replay buffer's own generator, which is
+    parts = Parts(config, workdir, agent_class.networks_for(agent_config))
+    agent = agent_class(parts, agent_config)
+
+The agents (:mod:`archer_jax.agents`) build their steps and run their updates with these, and
+:mod:`archer_jax.train` runs the loop; nothing here knows an algorithm: ``spec`` says which
+networks to build. Randomness is derived from ``config.seed`` and the iteration (JAX keys by
+``fold_in``, env seeds by ``SeedSequence``), plus the replay buffer's own generator, which is
 checkpointed: a resumed run draws exactly what an uninterrupted one would have.
 """
 
@@ -16,38 +20,36 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from archer_jax import agents, memory_plan, prompts
+from archer_jax import memory_plan, prompts
 from archer_jax import sharding as shd
 from archer_jax.acting import Acting
-from archer_jax.data.offline_replay import OfflineReplay, open_dataset
 from archer_jax.distributed import host_share
 from archer_jax.envs import registry
 from archer_jax.envs.pool import EnvPool
 from archer_jax.input_pipeline import InputPipeline
-from archer_jax.learners import registry as actor_losses
-from archer_jax.learners.ppo import PPOConfig
-from archer_jax.learners.ppo_learner import PPOLearner
 from archer_jax.learners.actor import Actor
 from archer_jax.learners.critic import DoubleCritic
-from archer_jax.learners.learner import Learner, LearnerConfig
 from archer_jax.learners.micro_batching import auto_limit
-from archer_jax.learners.train_state import States
+from archer_jax.learners.networks import Networks
 from archer_jax.models import load_causal_lm, load_roberta, load_tokenizer
 from archer_jax.models.lora import LoRAConfig, apply_lora
 from archer_jax.models.tiny import model_directory
 from archer_jax.precision import compute_dtype
 from archer_jax.prompts import Prompter
-from archer_jax.replay import ReplayBuffer
 from archer_jax.sampling import Sampler, SamplingParams
 from archer_jax.step_metrics import StepMetrics
 
-class Components:
-    """Builds everything a run needs from ``config`` (already validated)."""
+# Purposes folded into the run's key, so each phase draws its own numbers.
+ROLLOUT, CRITIC, ACTOR, EVAL = range(4)
 
-    def __init__(self, config, workdir: Path):
+
+class Parts:
+    """Builds everything a run shares from ``config`` (already validated); ``spec`` (an agent's
+    :class:`~archer_jax.agents.agent.NetworkSpec`) says which networks."""
+
+    def __init__(self, config, workdir: Path, spec):
         self.config = c = config
         self.workdir = Path(workdir)
-        self.agent = agents.get(c.agent)
         self.key = jax.random.key(c.seed)
         self.mesh = shd.make_mesh(**c.mesh.to_dict())  # every process's devices
         self.local_mesh = shd.local_mesh(self.mesh)  # this process's: its sampler plays its games
@@ -67,19 +69,16 @@ class Components:
         room = policy.config.max_positions - c.sampling.max_new_tokens
         sampler = Sampler(policy, policy_tokenizer, mesh=self.local_mesh, max_prompt_length=min(c.model.max_prompt_length, room),
                           matmul_precision=precision)
-        ppo = PPOConfig(**c.ppo, temperature=c.sampling.temperature) if self.agent.ppo else None
-        token_baseline = actor_losses.get_actor_loss(c.learner.actor_loss).needs_baseline
-        values = ppo is not None and ppo.estimator.needs_values
         value_model = None
-        if values and ppo.value_head == "separate":  # PPO's critic model: a second copy of the policy's weights
+        if spec.value_model:  # PPO's critic model: a second copy of the policy's weights
             value_model = load_causal_lm(policy_dir, dtype=dtype, param_dtype=jnp.dtype(c.model.param_dtype),
                                          remat=c.model.remat, mesh=self.mesh if jax.process_count() == 1 else None)
         self.actor_module = Actor(
-            policy, token_baseline=token_baseline or values, baseline_gradient=values and ppo.value_head == "shared",
+            policy, token_baseline=spec.token_baseline, baseline_gradient=spec.baseline_gradient,
             value_model=value_model, rngs=nnx.Rngs(c.seed),
         )
         critic, critic_tokenizer, max_critic_length = None, None, c.model.max_critic_length
-        if self.agent.uses_critic(c):
+        if spec.critic:
             critic_dir = model_directory(c.model.critic, self.workdir)
             critic_tokenizer = load_tokenizer(critic_dir)
             encoder = load_roberta(critic_dir, dtype=dtype, remat=c.model.remat, seed=c.seed)
@@ -89,20 +88,20 @@ class Components:
         self._compute_bytes = dtype.itemsize
         platform = self.mesh.devices.flat[0].platform
         critic_rules = shd.REPLICATED_RULES if c.model.critic_sharding == "replicated" else shd.DEFAULT_RULES
-        learner, extra = (PPOLearner, dict(ppo=ppo)) if ppo is not None else (Learner, {})
-        self.learner = learner(self.actor_module, critic, LearnerConfig(**c.learner), mesh=self.mesh, matmul_precision=precision,
-                               critic_rules=critic_rules, micro_batch_limit=auto_limit(platform, c.batch_size), **extra)
+        self.networks = Networks(self.actor_module, critic, mesh=self.mesh, matmul_precision=precision,
+                                 critic_rules=critic_rules, micro_batch_size=c.learner.micro_batch_size,
+                                 micro_batch_limit=auto_limit(platform, c.batch_size))
         prompter = Prompter(prompts.get(c.model.prompt_format), policy_tokenizer)
         self.pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, sampler.max_prompt_length, max_critic_length,
                                       c.sampling.max_new_tokens, prompter)
         self.acting = Acting(
             sampler, self.pipeline, sampling=SamplingParams(**c.sampling, stop_strings=prompter.stop_strings),
-            critic_graphdef=self.learner.critic_graphdef if critic is not None else None, chai_samples=c.chai_samples,
+            critic_graphdef=self.networks.critic_graphdef, chai_samples=c.chai_samples,
         )
         self.batch = c.batch_size * c.grad_accum_steps
         envs = max(len(host_share(c.rollout_size)), len(host_share(c.eval_size)), 1)  # this host's games
         self.pool = EnvPool(registry.env_factory(c), envs, num_workers=c.env.workers, timeout_s=c.env.timeout_s)
-        self.watchdog = StepMetrics(c.max_nonfinite_steps)
+        self.metrics = StepMetrics(c.max_nonfinite_steps)  # the steps' metrics, and the non-finite watchdog
 
     def largest_activation(self) -> memory_plan.Activation:
         """The largest activation of a learner step on one device (:mod:`archer_jax.memory_plan`)."""
@@ -116,36 +115,6 @@ class Components:
             critic_width=encoder.hidden_size if encoder else 0, critic_heads=encoder.num_attention_heads if encoder else 0,
             compute_bytes=self._compute_bytes,
         )
-
-    def init_states(self) -> States:
-        """Fresh states: the networks' initial parameters, fresh Adam, target = critic."""
-        critic = self.learner.init_critic() if self.learner.has_critic else None
-        return States(self.learner.init_actor(), critic)
-
-    def new_replay(self, checkpoint: dict | None = None) -> ReplayBuffer | OfflineReplay:
-        """An empty replay buffer; for an offline agent, its dataset (:mod:`archer_jax.data`;
-        ``checkpoint``: the dataset state a resume restored)."""
-        if self.agent.offline:
-            return open_dataset(self.config, self.workdir, self.pipeline, checkpoint)
-        return ReplayBuffer(self.config.capacity, seed=self.config.seed)
-
-    def resume_replay(self, restored: ReplayBuffer | dict) -> ReplayBuffer | OfflineReplay:
-        """The replay a checkpoint restored: its buffer, or an offline run's dataset drawing on
-        from the checkpoint's sampler state."""
-        return self.new_replay(restored).resume(restored) if isinstance(restored, dict) else restored
-
-    def sft_learner(self) -> Learner:
-        """A learner whose actor optimizer runs at ``config.sft.lr`` (for the warm start)."""
-        c = self.config
-        config = LearnerConfig(actor_lr=c.sft.lr, max_grad_norm=c.learner.max_grad_norm, actor_loss=c.learner.actor_loss,
-                               micro_batch_size=c.learner.micro_batch_size)
-        learner, extra = (PPOLearner, dict(ppo=self.learner.ppo)) if self.learner.ppo else (Learner, {})  # the run's actor
-        return learner(self.actor_module, None, config, mesh=self.mesh, matmul_precision=self.config.model.matmul_precision,
-                       micro_batch_limit=auto_limit(self.mesh.devices.flat[0].platform, c.sft.batch_size), **extra)
-
-    def policy(self, states: States):
-        """The policy's parameters in ``states`` (what the sampler acts with)."""
-        return self.learner.policy_params(states.actor)
 
     def key_for(self, *path: int) -> jax.Array:
         """The run's key folded with ``path`` (a purpose, then e.g. the iteration and the step)."""

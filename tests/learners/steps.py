@@ -1,0 +1,86 @@
+"""The learner steps of tests, built as a run's agents build them: :class:`Networks` and the
+agents' own step builders (``agents/archer.py``, ``offline_archer.py``, ``filtered_bc.py``,
+``ppo.py``), without a run's parts (models, sampler, envs).
+
+    steps = Steps(actor, critic, LearnerConfig(critic_lr=1e-4), mesh=mesh)
+    critic, metrics = steps.critic_step(steps.init_critic(), batch)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+from archer_jax.agents import archer, filtered_bc, offline_archer
+from archer_jax.agents import ppo as ppo_agent
+from archer_jax.agents.agent import check_value_head
+from archer_jax.learners import train_state
+from archer_jax.learners.learner_config import LearnerConfig
+from archer_jax.learners.networks import Networks
+from archer_jax.learners.offline_archer import IQLConfig
+
+
+class Steps:
+    """The steps an agent compiles, on networks of ``actor`` and ``critic``; ``ppo`` (a PPOConfig)
+    adds PPO's, with its optimizer and reference policy as the PPO agent sets them."""
+
+    def __init__(self, actor, critic, config: LearnerConfig = LearnerConfig(), iql: IQLConfig = IQLConfig(), *,
+                 ppo=None, **networks_kwargs):
+        self.networks = n = Networks(actor, critic, micro_batch_size=config.micro_batch_size, **networks_kwargs)
+        self.ppo = ppo
+        needs = config.loss.needs_baseline or (ppo is not None and ppo.estimator.needs_values)
+        what = f"actor_loss {config.actor_loss!r}" + (f" with adv_estimator {ppo.adv_estimator!r}" if ppo else "")
+        check_value_head(n, needs, what)
+        with_target = ppo is not None and ppo.kl_coef > 0
+        self.with_target = with_target
+        if ppo is not None and ppo.value_head == "separate":
+            self.actor_tx = train_state.partitioned_optimizer(dict(policy=config.actor_lr, value=config.critic_lr),
+                                                              config.max_grad_norm,
+                                                              lambda key: "value" if key == "baseline" else "policy")
+        else:
+            self.actor_tx = train_state.optimizer(config.actor_lr, config.max_grad_norm)
+        self.critic_tx = train_state.optimizer(config.critic_lr, config.max_grad_norm)
+        self.actor_graphdef, self.critic_graphdef = n.actor_graphdef, n.critic_graphdef
+        self._actor_params, self._critic_params = n._actor_params, n._critic_params
+        self._programs = {"bc_step": filtered_bc.bc_step(n, self.actor_tx, with_target)}
+        if critic is not None:
+            self._programs.update(critic_step=archer.critic_step(n, self.critic_tx, config),
+                                  iql_critic_step=offline_archer.iql_critic_step(n, self.critic_tx, config, iql),
+                                  actor_step=archer.actor_step(n, self.actor_tx, self.critic_tx, config, iql,
+                                                               with_target=with_target))
+        if ppo is not None:
+            self._programs["ppo_step"] = ppo_agent.compile_ppo_step(n, self.actor_tx, ppo)
+            self._token_stats = ppo_agent.compile_token_stats(n, ppo)
+            if critic is not None and ppo.estimator.needs_critic:
+                self._turn_q = ppo_agent.compile_turn_values(n, dataclasses.replace(ppo, critic_baseline=False))
+                self._turn_advantage = ppo_agent.compile_turn_values(n, dataclasses.replace(ppo, critic_baseline=True))
+
+    def programs(self) -> dict:
+        return dict(self._programs)
+
+    def __getattr__(self, name):
+        programs = self.__dict__.get("_programs", {})
+        if name in programs:
+            return programs[name]
+        raise AttributeError(name)
+
+    def init_actor(self, params=None):
+        return self.networks.init_actor(self.actor_tx, self.with_target, params)
+
+    def init_critic(self, params=None, target=None):
+        return self.networks.init_critic(self.critic_tx, params, target)
+
+    def policy_params(self, state):
+        return self.networks.policy_params(state)
+
+    def token_stats(self, state, observation, action, reference: bool = False):
+        params = state.target if reference else state.params
+        logprobs, values = self._token_stats(params, state.frozen, observation, action)
+        return jax.device_get(logprobs), jax.device_get(values)
+
+    def utterance_q(self, critic_params, observation, action):
+        return jax.device_get(self._turn_q(critic_params, observation, action))
+
+    def utterance_advantage(self, critic_params, observation, action):
+        return jax.device_get(self._turn_advantage(critic_params, observation, action))
