@@ -45,6 +45,8 @@ from archer_jax.agents import archer as archer_agent
 from archer_jax.agents import chai as chai_agent
 from archer_jax.agents import filtered_bc as filtered_bc_agent
 from archer_jax.agents import ppo as ppo_agent
+from archer_jax.data.dataset_config import DatasetConfig
+from archer_jax.data.offline_replay import DATASET_ENVS
 from archer_jax.envs import registry as envs
 from archer_jax.envs.experts import EXPERTS
 from archer_jax.errors import ConfigError
@@ -82,8 +84,10 @@ RENAMED = {
 
 
 # The config groups built from dataclasses: (group, its dataclasses, the fields that are no keys).
+# validate() constructs these for every run; the offline agents' Config holds the offline group.
 GROUPS = (("learner", (LearnerConfig, IQLConfig), ()), ("ppo", (PPOConfig,), ("temperature",)),
           ("sampling", (SamplingParams,), ("greedy", "stop_strings", "stop_at_eos")))
+AGENT_GROUPS = (("offline", (DatasetConfig,), ()),)
 # The agents' top-level keys (step counts and the like), from their Config dataclasses.
 AGENT_KEYS = (archer_agent.Config, chai_agent.Config, filtered_bc_agent.Config, ppo_agent.Config)
 
@@ -97,7 +101,7 @@ def dataclass_defaults(cls: type, skip: tuple[str, ...] = ()) -> dict:
 
 def _group(name: str) -> ml_collections.ConfigDict:
     """The config group ``name`` of :data:`GROUPS`, from its dataclasses' defaults."""
-    classes, skip = next((classes, skip) for group, classes, skip in GROUPS if group == name)
+    classes, skip = next((classes, skip) for group, classes, skip in GROUPS + AGENT_GROUPS if group == name)
     return ml_collections.ConfigDict({k: v for cls in classes for k, v in dataclass_defaults(cls, skip).items()})
 
 
@@ -177,10 +181,7 @@ def base_config() -> ml_collections.ConfigDict:
     # or one .json: LMRL-Gym's for 20Q, the official one for Guess My City), built once with TFDS
     # into data_dir (default: the workdir's). Empty dataset: generated from the embedded env's
     # scripted experts in policy_mix (kinds of archer_jax.envs.experts.EXPERTS, weights normalised).
-    c.offline = ml_collections.ConfigDict(dict(
-        dataset="", data_dir="", split="train",
-        generate_episodes=2000, policy_mix="optimal:0.2,redundant:0.3,random:0.5", generate_seed=0,
-    ))
+    c.offline = _group("offline")  # DatasetConfig's keys
     # Token-level PPO (agent "ppo", archer_jax/learners/ppo.py) and its advantage estimator
     # (archer_jax/learners/advantages.py). The paper's Table 2 names PPO's epochs, GAE lambda and
     # clip range; these defaults are PPO's usual values (Schulman et al. 2017) and RAGEN's for its
@@ -480,26 +481,12 @@ def _check_micro_batch_size(c: ml_collections.ConfigDict) -> None:
 
 
 def _check_data(c: ml_collections.ConfigDict) -> None:
-    """The dataset keys of an agent that learns from one, and the offline-to-online handover's."""
-    from archer_jax.data.offline_replay import DATASET_ENVS
-
+    """An agent that learns from a dataset has one for the env (the ``offline`` keys are its
+    config's, :class:`~archer_jax.data.dataset_config.DatasetConfig`), and the offline-to-online
+    handover's keys."""
     if not agents.get(c.agent).learns_from_rollouts:
         if c.env.name not in DATASET_ENVS:
             raise ConfigError(f"config.env.name: offline agents have datasets for {', '.join(DATASET_ENVS)}, not {c.env.name!r}")
-        if c.offline.dataset and not Path(c.offline.dataset).expanduser().exists():
-            raise ConfigError(f"config.offline.dataset: {c.offline.dataset} does not exist (a directory of .json "
-                              "dialogue files, or one file; \"\" generates one)")
-        if c.offline.split not in ("train", "eval"):
-            raise ConfigError(f"config.offline.split: unknown value {c.offline.split!r}; known: train, eval")
-        if c.offline.generate_episodes < 1:
-            raise ConfigError(f"config.offline.generate_episodes: must be > 0, got {c.offline.generate_episodes}")
-        if not c.offline.dataset:
-            from archer_jax.data.generate import parse_policy_mix
-
-            try:
-                parse_policy_mix(c.offline.policy_mix)
-            except ValueError as e:
-                raise ConfigError(f"config.offline.policy_mix: {str(e).removeprefix('--policy_mix: ')}") from None
     if c.init_from:
         if c.sft.steps:
             raise ConfigError("config.init_from: a run that starts from another run's networks takes no SFT warm start "

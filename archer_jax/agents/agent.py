@@ -74,8 +74,11 @@ def config_of(cls: type, run_config, groups: dict[str, str] | None = None) -> An
         if field.metadata.get("group"):
             kind = type(field.default_factory())
             names = {f.name for f in dataclasses.fields(kind)}
-            given = run_config[groups.get(field.name, field.name)]
-            kwargs[field.name] = kind(**{k: v for k, v in given.items() if k in names})
+            name = groups.get(field.name, field.name)
+            try:
+                kwargs[field.name] = kind(**{k: v for k, v in run_config[name].items() if k in names})
+            except ValueError as e:  # its key, within its group
+                raise ValueError(f"{name}.{e}") from None
         else:
             kwargs[field.name] = run_config[field.name]
     return cls(**kwargs)

@@ -29,7 +29,7 @@ class Config:
     steps per iteration and the fraction of trajectories kept (top-level keys)."""
 
     agent: ClassVar[str] = "filtered_bc"  # the agent whose config this is (for errors)
-    offline: ClassVar[bool] = False  # offline BC takes any actor loss (its actor only imitates)
+    offline_agent: ClassVar[bool] = False  # offline BC takes any actor loss (its actor only imitates)
 
     learner: LearnerConfig = group(LearnerConfig)
     bc_steps: int = 50  # optimizer steps per iteration
@@ -40,7 +40,7 @@ class Config:
             raise ValueError(f"bc_steps: must be >= 0, got {self.bc_steps}")
         if not 0 < self.filtered_bc_fraction <= 1:
             raise ValueError(f"filtered_bc_fraction: must be in (0, 1], got {self.filtered_bc_fraction}")
-        if self.learner.actor_loss in OFFLINE_LOSSES and not self.offline:
+        if self.learner.actor_loss in OFFLINE_LOSSES and not self.offline_agent:
             raise offline_loss_error(self.agent, self.learner.actor_loss)
 
 

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from archer_jax.agents import archer
 from archer_jax.agents.agent import Agent, config_of, group, timed
+from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.data.offline_replay import OfflineReplay, open_dataset
 from archer_jax.learners import offline_archer
 from archer_jax.learners.micro_batching import StepProgram
@@ -33,6 +34,7 @@ class Config(archer.Config):
     dataset_actions: ClassVar[bool] = True
 
     iql: IQLConfig = group(IQLConfig)  # keys of config.learner
+    offline: DatasetConfig = group(DatasetConfig)
 
 
 def iql_critic_step(networks: Networks, tx, learner, iql: IQLConfig) -> StepProgram:

@@ -11,6 +11,8 @@ import dataclasses
 from typing import ClassVar
 
 from archer_jax.agents import filtered_bc
+from archer_jax.agents.agent import group
+from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.agents.offline_archer import OfflineDataset
 
 
@@ -19,7 +21,9 @@ class Config(filtered_bc.Config):
     """Filtered BC's keys (``offline_bc`` ignores the fraction: it keeps every transition)."""
 
     agent: ClassVar[str] = "offline_filtered_bc"
-    offline: ClassVar[bool] = True
+    offline_agent: ClassVar[bool] = True
+
+    offline: DatasetConfig = group(DatasetConfig)
 
 
 class OfflineFilteredBC(OfflineDataset, filtered_bc.FilteredBC):

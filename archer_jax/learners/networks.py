@@ -28,7 +28,7 @@ from archer_jax.learners.actor import Actor
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import DoubleCritic
 from archer_jax.learners.micro_batching import AUTO, StepProgram
-from archer_jax.learners.programs import compile_step
+from archer_jax.learners.programs import abstract, compile_step
 from archer_jax.learners.train_state import TrainState
 from archer_jax.models.tokenizer import Tokens
 from archer_jax.precision import traced_with
@@ -141,6 +141,20 @@ class Networks:
         if target is not None:
             state = state._replace(target=jax.device_put(target, shardings.target))
         return state
+
+    def abstract_actor(self, tx: optax.GradientTransformation, with_target: bool = False) -> TrainState:
+        """An actor state's shapes and shardings, no arrays (:class:`jax.ShapeDtypeStruct` leaves):
+        what a step lowers from to be compiled without weights."""
+        shape = jax.eval_shape(functools.partial(train_state.create, tx=tx, with_target=with_target), self._actor_params)
+        state = abstract(shape, self.actor_shardings(tx, with_target)._replace(frozen=None))
+        if self._frozen_shardings is None:
+            return state
+        return state._replace(frozen=abstract(jax.eval_shape(lambda x: x, self._frozen), self._frozen_shardings))
+
+    def abstract_critic(self, tx: optax.GradientTransformation) -> TrainState:
+        """A critic state's shapes and shardings, no arrays (see :meth:`abstract_actor`)."""
+        shape = jax.eval_shape(functools.partial(train_state.create, tx=tx, with_target=True), self._critic_params)
+        return abstract(shape, self.critic_shardings(tx))
 
     def policy_params(self, actor_state: TrainState) -> nnx.State:
         """The policy's parameters inside an actor state (e.g. for the sampler): its trained ones,

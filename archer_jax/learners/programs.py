@@ -33,9 +33,12 @@ def compile_step(step: Callable, state_shardings, *inputs, mesh: Mesh, micro_bat
 
 def abstract(tree, shardings):
     """``tree``'s arrays (or shapes) as :class:`jax.ShapeDtypeStruct`s placed by ``shardings`` (a
-    tree of the same structure, or one sharding for every leaf): what a program lowers from
-    without any data."""
+    tree whose structure is a prefix of ``tree``'s, or one sharding for every leaf): what a
+    program lowers from without any data."""
+    def place(sharding, subtree):
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), subtree)
+
     if isinstance(shardings, jax.sharding.Sharding):
-        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=shardings), tree)
-    return jax.tree.map(lambda x, s: None if x is None else jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                        tree, shardings, is_leaf=lambda x: x is None)
+        return place(shardings, tree)
+    # The shardings' tree is a prefix of ``tree``'s (a sharding per parameter, whatever wraps it).
+    return jax.tree.map(place, shardings, tree, is_leaf=lambda x: x is None or isinstance(x, jax.sharding.Sharding))
