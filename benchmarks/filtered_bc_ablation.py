@@ -32,10 +32,8 @@ from common import RESULTS, machine, portable
 from filtered_bc_data import dialogues, latest_buffer
 
 from archer_jax import rollout
-from archer_jax.agents.rollouts import evaluate
 from archer_jax.checkpoint import Checkpoints
-from archer_jax.components import Components
-from archer_jax.learners.batches import bc_batch
+from archer_jax.train import build_agent
 from archer_jax.learners.selection import filtered_bc_mask
 from archer_jax.learners.train_state import States
 
@@ -65,8 +63,9 @@ def main() -> None:
     start = time.perf_counter()
 
     config = ml_collections.ConfigDict(json.loads((args.workdir / "config.json").read_text()))
-    run = Components(config, args.workdir)
-    fresh = run.init_states()
+    agent = build_agent(config, args.workdir)  # the run's filtered-BC agent on its parts
+    run = agent.parts
+    fresh = agent.init_states()
     sft_actor, *_ = Checkpoints((args.sft_workdir or args.workdir) / "checkpoints").restore(0, actor=fresh.actor, critic=fresh.critic)
     buffer = latest_buffer(args.workdir)
     records = dialogues(buffer)
@@ -79,11 +78,8 @@ def main() -> None:
             buffer.rng = np.random.default_rng(0)  # the same draws for every subset of equal size
             for _ in range(args.steps if len(positions) else 0):
                 sample = buffer.sample_from(positions, run.batch)
-                batch = bc_batch(run.pipeline.policy_tokenizer, sample["policy_observation"], sample["policy_action"],
-                                 max_length=run.pipeline.max_prompt_length, max_action_length=run.pipeline.max_action_length,
-                                 min_action_bucket=run.pipeline.action_bucket)
-                actor, _ = run.learner.bc_step(actor, batch)
-            evaluated = rollout.summarize(evaluate(run, run.agent, States(actor, fresh.critic)))
+                actor, _ = agent.bc_step(actor, run.pipeline.policy_batch(sample))
+            evaluated = rollout.summarize(rollout.evaluate(run, agent.act, States(actor, fresh.critic)))
             rows.append(dict(subset=name, dialogues=len(episodes), transitions=int(len(positions)),
                              eval_return=evaluated["return"], eval_success=evaluated["success"]))
             print(f"{name:42s} {len(episodes):4d} dialogues {len(positions):5d} transitions | "

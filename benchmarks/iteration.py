@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from archer_jax.agents.steps import Steps
 from archer_jax import learners, models, sharding
 from archer_jax.learners import micro_batching
 from archer_jax.models import tiny
@@ -63,7 +64,7 @@ class JaxArcher:
                                         max_grad_norm=w.max_grad_norm, micro_batch_size=micro_batch_size)
         # As the train app: on CPUs "auto" stays at the official micro-batch (micro_batching.auto_limit).
         limit = micro_batching.auto_limit(jax.default_backend(), w.batch)
-        self.learner = learners.Learner(learners.Actor(policy), critic, config, mesh=mesh, micro_batch_limit=limit)
+        self.learner = Steps(learners.Actor(policy), critic, config, mesh=mesh, micro_batch_limit=limit)
         self.sampler = Sampler(policy, tokenizer, mesh=mesh)
         self.params = SamplingParams(max_new_tokens=w.new_tokens, temperature=w.temperature, top_p=w.top_p,
                                      stop_strings=(), stop_at_eos=False)

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from archer_jax.agents.steps import Steps
 from archer_jax import learners, models, sharding
 from archer_jax.models import tiny
 from common import RESULTS, machine, print_table, time_call, write_result
@@ -59,7 +60,7 @@ def bench(size: str, micro: int, args) -> list[dict]:
     actor, critic = _modules(size, jnp.dtype(args.dtype))
     mesh = sharding.make_mesh() if args.mesh else None
     # The step's micro * batch transitions in micro-batches of --batch (a fixed layout, not "auto").
-    learner = learners.Learner(actor, critic, learners.LearnerConfig(micro_batch_size=args.batch), mesh=mesh)
+    learner = Steps(actor, critic, learners.LearnerConfig(micro_batch_size=args.batch), mesh=mesh)
     rng = np.random.default_rng(0)
     pv, cv = actor.policy.config.vocab_size, critic.encoder.config.vocab_size
     b, obs, act = args.batch, args.observation, args.action

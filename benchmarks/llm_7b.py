@@ -19,14 +19,14 @@ process on the same device (ours first, then the reference):
     cache (prompt + new slots, every layer) once, so the roofline is ``batch x bandwidth /
     (parameter bytes + cache bytes)`` tokens/s (bandwidths: ``common.PEAK_BANDWIDTH``).
   * ``actor``: one actor step on ``--batch`` transitions (``--observation`` + ``--action``
-    tokens, one micro-batch). Ours: :meth:`archer_jax.learners.Learner.actor_step` (the online
+    tokens, one micro-batch). Ours: :func:`archer_jax.agents.archer.actor_step` (the online
     critic's advantage, log-probs of the packed sequence, backward through the frozen base into
     the adapters, clipping, Adam). Reference: the same work in eager PyTorch: the critic's
     advantage without gradient, the peft model's forward on the packed sequence (logits of the
     action positions only, ``logits_to_keep``), ``-mean(log π(a|s) x A)``, ``backward()``,
     ``clip_grad_norm_`` and ``torch.optim.Adam`` over the adapters.
   * ``critic``: one critic step on the same batch in critic tokens. Ours:
-    :meth:`~archer_jax.learners.Learner.critic_step`; reference: ``RobertaModel`` + four MLP heads
+    :func:`~archer_jax.agents.archer.critic_step`; reference: ``RobertaModel`` + four MLP heads
     (``reference_torch.DoubleCritic``) under bfloat16 autocast, the online pass on (s, a) with
     gradient, the target's passes on s, s' and a_π without, the four MSE losses, clipping, Adam and
     the Polyak update (the same encoder passes as ours).
@@ -66,6 +66,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
+from archer_jax.agents.steps import Steps  # noqa: E402
 from archer_jax import learners, memory_plan, models  # noqa: E402
 from archer_jax import sharding as shd  # noqa: E402
 from archer_jax.models.llama.model import LlamaForCausalLM, MistralConfig  # noqa: E402
@@ -216,7 +217,7 @@ def bench_ours(args, data: Data, bandwidth: float | None) -> tuple[list[dict], d
         del decoder
 
     if "actor" in args.parts or "critic" in args.parts:
-        learner = learners.Learner(learners.Actor(policy), critic, learners.LearnerConfig(
+        learner = Steps(learners.Actor(policy), critic, learners.LearnerConfig(
             critic_lr=1e-5, actor_lr=2e-6, micro_batch_size=args.batch))
         states = {"critic": learner.init_critic(), "actor": learner.init_actor()}
         actor_batch = learners.ActorBatch(_tokens(data.observation), _tokens(data.action),

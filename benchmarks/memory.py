@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from archer_jax.agents.steps import Steps
 from archer_jax import learners, models
 from archer_jax.learners import train_state
 from archer_jax.learners.micro_batching import HEADROOM, program_bytes
@@ -62,7 +63,7 @@ def measure(args) -> list[dict]:
     rows = []
     for remat in args.remat:
         actor, critic = modules(args.size, remat, dtype)
-        learner = learners.Learner(actor, critic, mesh=None)
+        learner = Steps(actor, critic)
         critic_state = jax.eval_shape(functools.partial(train_state.create, tx=learner.critic_tx, with_target=True),
                                       train_state.split_params(critic)[1])
         actor_state = jax.eval_shape(functools.partial(train_state.create, tx=learner.actor_tx),

@@ -8,7 +8,7 @@ from archer_jax import models
 from archer_jax.checkpoint import Checkpoints
 from archer_jax.learners import Actor, DoubleCritic
 from archer_jax.replay import ReplayBuffer
-from tests.learners.steps import Steps
+from archer_jax.agents.steps import Steps
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from flax import nnx
 from archer_jax import learners
 from tests.learners import text_batches as batches
 from tests.learners.conftest import make_modules
-from tests.learners.steps import Steps
+from archer_jax.agents.steps import Steps
 
 GAMMA = 0.9
 S0 = "Questions:\n"

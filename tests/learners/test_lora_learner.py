@@ -13,7 +13,7 @@ from archer_jax.learners import batches, bc, train_state
 from archer_jax.models import lora
 from archer_jax.replay import ReplayBuffer
 from archer_jax.sampling import Sampler, SamplingParams
-from tests.learners.steps import Steps
+from archer_jax.agents.steps import Steps
 from tests.learners.conftest import ACTIONS, OBSERVATIONS
 
 CONFIG = learners.LearnerConfig(critic_lr=1e-3, actor_lr=1e-3)

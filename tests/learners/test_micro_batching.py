@@ -8,7 +8,7 @@ from archer_jax import learners
 from archer_jax.errors import TrainingError
 from archer_jax.learners import micro_batching
 from archer_jax.learners.micro_batching import candidate_sizes, parse_micro_batch_size, program_bytes
-from tests.learners.steps import Steps
+from archer_jax.agents.steps import Steps
 from tests.learners.conftest import actor_batch, critic_batch, make_modules
 from tests.learners.test_learner import as_numpy, max_rel_err
 

@@ -10,7 +10,7 @@ from flax import nnx
 
 from archer_jax import learners
 from archer_jax.learners import losses, offline_archer, train_state
-from tests.learners.steps import Steps
+from archer_jax.agents.steps import Steps
 from tests.learners.conftest import actor_batch, critic_batch, make_modules
 
 RTOL = 1e-5

@@ -12,7 +12,7 @@ from archer_jax.dialogue_rows import DialogueRows as Layout
 from archer_jax import models
 from archer_jax.learners import Actor, LearnerConfig, ppo
 from archer_jax.learners.optimization import summarize
-from tests.learners.steps import Steps
+from archer_jax.agents.steps import Steps
 from archer_jax.models.tokenizer import Tokens
 
 

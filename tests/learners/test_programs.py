@@ -5,8 +5,8 @@ devices that hold none, such as a TPU topology's)."""
 from __future__ import annotations
 
 import jax
-import pytest
 import jax.numpy as jnp
+import pytest
 from flax import nnx
 
 from archer_jax import sharding

@@ -1,9 +1,14 @@
-"""The learner steps of tests, built as a run's agents build them: :class:`Networks` and the
-agents' own step builders (``agents/archer.py``, ``offline_archer.py``, ``filtered_bc.py``,
-``ppo.py``), without a run's parts (models, sampler, envs).
+"""The agents' steps on networks alone, without a run's parts (models loaded from a config,
+sampler, envs): for benchmarks, tests and plans that compile or time steps on modules they build.
 
     steps = Steps(actor, critic, LearnerConfig(critic_lr=1e-4), mesh=mesh)
     critic, metrics = steps.critic_step(steps.init_critic(), batch)
+    compiled = steps.programs()["actor_step"].lower(*abstract_args).compile()
+
+Each step is built by its agent's own builder (:func:`archer_jax.agents.archer.critic_step`,
+:func:`~archer_jax.agents.archer.actor_step`, :func:`~archer_jax.agents.offline_archer.iql_critic_step`,
+:func:`~archer_jax.agents.filtered_bc.bc_step`, :func:`~archer_jax.agents.ppo.compile_ppo_step`),
+with the optimizers the agents use: the same programs a run compiles.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from archer_jax.learners.offline_archer import IQLConfig
 
 
 class Steps:
-    """The steps an agent compiles, on networks of ``actor`` and ``critic``; ``ppo`` (a PPOConfig)
-    adds PPO's, with its optimizer and reference policy as the PPO agent sets them."""
+    """The steps the agents compile, on networks of ``actor`` and ``critic`` (None: the actor's
+    only); ``ppo`` (a PPOConfig) adds PPO's, with its optimizer and reference policy as the PPO
+    agent sets them. ``networks_kwargs`` go to :class:`Networks` (mesh, rules, precision, limit)."""
 
     def __init__(self, actor, critic, config: LearnerConfig = LearnerConfig(), iql: IQLConfig = IQLConfig(), *,
                  ppo=None, **networks_kwargs):
@@ -57,30 +63,37 @@ class Steps:
                 self._turn_advantage = ppo_agent.compile_turn_values(n, dataclasses.replace(ppo, critic_baseline=True))
 
     def programs(self) -> dict:
+        """The compiled steps by name (to call, ``.lower(...)``, or read their ``.layouts``)."""
         return dict(self._programs)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # steps.critic_step, steps.bc_step, ...
         programs = self.__dict__.get("_programs", {})
         if name in programs:
             return programs[name]
         raise AttributeError(name)
 
     def init_actor(self, params=None):
+        """A fresh actor state (from ``params``, else the module's)."""
         return self.networks.init_actor(self.actor_tx, self.with_target, params)
 
     def init_critic(self, params=None, target=None):
+        """A fresh critic state (from ``params`` and ``target``, else the module's)."""
         return self.networks.init_critic(self.critic_tx, params, target)
 
     def policy_params(self, state):
+        """The policy's parameters in an actor state (what the sampler acts with)."""
         return self.networks.policy_params(state)
 
     def token_stats(self, state, observation, action, reference: bool = False):
+        """PPO's per-token ``(log-probs, values)`` as NumPy (``reference``: the reference policy's)."""
         params = state.target if reference else state.params
         logprobs, values = self._token_stats(params, state.frozen, observation, action)
         return jax.device_get(logprobs), jax.device_get(values)
 
     def utterance_q(self, critic_params, observation, action):
+        """``min Q(s, a)`` of the critic, as NumPy."""
         return jax.device_get(self._turn_q(critic_params, observation, action))
 
     def utterance_advantage(self, critic_params, observation, action):
+        """``min Q(s, a) - min V(s)`` of the critic, as NumPy."""
         return jax.device_get(self._turn_advantage(critic_params, observation, action))
