@@ -61,8 +61,9 @@ from archer_jax import prompts as prompt_formats
 from archer_jax.models.tiny import CAUSAL_KINDS, TINY_PREFIX
 from archer_jax.precision import DTYPES, MATMUL_PRECISIONS
 from archer_jax.sampling import SamplingParams
+from archer_jax.sft import SFTConfig
+from archer_jax.sharding import MeshConfig
 
-SFT_SOURCES = ("experts", "walkthrough")  # sft.data besides a .jsonl file: the env's scripted demonstrations
 FREE_FORM = ("env.options",)  # keyword arguments for the env: checked by the env's registry entry
 # Every integer key (counts, sizes, seeds) is below this: 32-bit indices and seeds, and no run of
 # 2**31 iterations, transitions or tokens is meant.
@@ -86,7 +87,8 @@ RENAMED = {
 # The config groups built from dataclasses: (group, its dataclasses, the fields that are no keys).
 # validate() constructs these for every run; the offline agents' Config holds the offline group.
 GROUPS = (("learner", (LearnerConfig, IQLConfig), ()), ("ppo", (PPOConfig,), ("temperature",)),
-          ("sampling", (SamplingParams,), ("greedy", "stop_strings", "stop_at_eos")))
+          ("sampling", (SamplingParams,), ("greedy", "stop_strings", "stop_at_eos")), ("sft", (SFTConfig,), ()),
+          ("mesh", (MeshConfig,), ()))
 AGENT_GROUPS = (("offline", (DatasetConfig,), ()),)
 # The agents' top-level keys (step counts and the like), from their Config dataclasses.
 AGENT_KEYS = (archer_agent.Config, chai_agent.Config, filtered_bc_agent.Config, ppo_agent.Config)
@@ -187,18 +189,8 @@ def base_config() -> ml_collections.ConfigDict:
     # clip range; these defaults are PPO's usual values (Schulman et al. 2017) and RAGEN's for its
     # archer estimator (high_level_gamma 0.95, alpha 0.1).
     c.ppo = _group("ppo")  # PPOConfig's keys
-    c.sft = ml_collections.ConfigDict(dict(
-        steps=0,  # 0 = no warm start
-        lr=1e-4,
-        batch_size=16,
-        data="experts",  # experts | walkthrough (detective) | path to a .jsonl of {observation, action}
-        dialogues=512,  # expert dialogues played for the SFT data
-        experts="optimal",  # comma-separated kinds from archer_jax.envs.experts.EXPERTS
-        # The warm start is the same for every run seed, as the paper's runs all start from one
-        # SFT checkpoint.
-        seed=0,
-    ))
-    c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))  # -1 = all remaining devices
+    c.sft = _group("sft")  # SFTConfig's keys
+    c.mesh = _group("mesh")  # MeshConfig's keys (-1 = all remaining devices)
     return c
 
 
@@ -562,33 +554,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
     envs.check(c.env.name)
     _check_lora(c.model.lora)
     positive("iterations", "rollout_size", "eval_size", "capacity", "batch_size", "grad_accum_steps",
-             "keep_checkpoints", "max_nonfinite_steps", "sampling.max_new_tokens", "sampling.temperature",
-             "model.max_prompt_length", "model.max_critic_length", "env.max_turns", "env.timeout_s",
-             "sft.lr", "sft.batch_size", "sft.dialogues")
-    positive("eval_freq", "save_freq", "sampling.top_k", "env.workers", "sft.steps", "seed", "sft.seed",
-             "offline.generate_seed", zero=True)
+             "keep_checkpoints", "max_nonfinite_steps", "model.max_prompt_length", "model.max_critic_length",
+             "env.max_turns", "env.timeout_s")
+    positive("eval_freq", "save_freq", "env.workers", "seed", "offline.generate_seed", zero=True)
     _check_int_bounds(given)
-    if not 0 < given["sampling.top_p"] <= 1:
-        raise ConfigError(f"config.sampling.top_p: must be in (0, 1], got {given['sampling.top_p']}")
     agent_config = _construct(c)  # the dataclasses' checks: learner, ppo, sampling, the agent's keys
     _check_micro_batch_size(c)
-    for axis in ("data", "fsdp", "tensor"):
-        if c.mesh[axis] == 0 or c.mesh[axis] < -1:
-            raise ConfigError(f"config.mesh.{axis}: must be -1 (all remaining devices) or >= 1, got {c.mesh[axis]}")
     _check_data(c)
     _check_rollout_groups(c, given)
     _check_model("model.policy", c.model.policy, CAUSAL_KINDS)
     if agents.get(c.agent).networks_for(agent_config).critic:
         _check_model("model.critic", c.model.critic, ("roberta",))
-    if not c.sft.steps and c.sft.data not in SFT_SOURCES:
-        raise ConfigError(f"config.sft.data: {c.sft.data} is given but config.sft.steps is 0, so no warm start reads it; "
-                          "set --config.sft.steps (> 0) or leave sft.data out")
-    if c.sft.steps:
-        data = c.sft.data
-        if data not in SFT_SOURCES and not Path(data).expanduser().is_file():
-            raise ConfigError(f"config.sft.data: {data!r} is not 'experts', 'walkthrough' or an existing .jsonl file")
-        if data == "experts":
-            for kind in c.sft.experts.split(","):
-                if kind.strip() not in EXPERTS:
-                    raise ConfigError(f"config.sft.experts: unknown expert {kind.strip()!r}; known: {', '.join(EXPERTS)}")
     envs.check_options(c.env.name, c)

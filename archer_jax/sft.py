@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -20,11 +22,49 @@ import numpy as np
 
 from archer_jax import rollout
 from archer_jax.envs import registry
+from archer_jax.envs.experts import EXPERTS
 from archer_jax.envs.pool import EnvPool
 from archer_jax.errors import ConfigError
 from archer_jax.input_pipeline import InputPipeline
 from archer_jax.learners.micro_batching import StepProgram
 from archer_jax.learners.train_state import TrainState
+
+
+SOURCES = ("experts", "walkthrough")  # sft.data besides a .jsonl file: the env's scripted demonstrations
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    """``config.sft``: the warm start's steps, learning rate and batch, and its demonstrations;
+    ``__post_init__`` raises ValueError naming the key."""
+
+    steps: int = 0  # 0 = no warm start
+    lr: float = 1e-4
+    batch_size: int = 16
+    data: str = "experts"  # experts | walkthrough (detective) | path to a .jsonl of {observation, action}
+    dialogues: int = 512  # expert dialogues played for the SFT data
+    experts: str = "optimal"  # comma-separated kinds from archer_jax.envs.experts.EXPERTS
+    # The warm start is the same for every run seed, as the paper's runs all start from one SFT checkpoint.
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("lr", "batch_size", "dialogues"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name}: must be > 0, got {value}")
+        for name in ("steps", "seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if not self.steps and self.data not in SOURCES:
+            raise ValueError(f"data: {self.data} is given but config.sft.steps is 0, so no warm start reads it; "
+                             "set --config.sft.steps (> 0) or leave sft.data out")
+        if self.steps:
+            if self.data not in SOURCES and not Path(self.data).expanduser().is_file():
+                raise ValueError(f"data: {self.data!r} is not 'experts', 'walkthrough' or an existing .jsonl file")
+            if self.data == "experts":
+                for kind in self.experts.split(","):
+                    if kind.strip() not in EXPERTS:
+                        raise ValueError(f"experts: unknown expert {kind.strip()!r}; known: {', '.join(EXPERTS)}")
 
 
 def _play_one(pool: EnvPool, choose: Callable[[str], str | None], seed: int, turns: int, pairs: tuple[list, list]) -> None:

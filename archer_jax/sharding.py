@@ -16,6 +16,7 @@ mesh axes is replicated rather than refused (e.g. GPT-2's 50257-token vocabulary
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -68,6 +69,21 @@ def mesh_shape(data: int = -1, fsdp: int = 1, tensor: int = 1, *, num_devices: i
         raise ValueError(f"mesh {given} needs {fixed} devices, have {num_devices} "
                          f"(make the axes multiply to {num_devices}, or set one of them to -1)")
     return sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """``config.mesh``: devices per axis, ``-1`` = all the remaining devices (:func:`make_mesh`)."""
+
+    data: int = -1  # batch shards
+    fsdp: int = 1  # batch and parameter shards
+    tensor: int = 1  # heads, MLP and vocabulary columns
+
+    def __post_init__(self):
+        for axis in ("data", "fsdp", "tensor"):
+            size = getattr(self, axis)
+            if size == 0 or size < -1:
+                raise ValueError(f"{axis}: must be -1 (all remaining devices) or >= 1, got {size}")
 
 
 def make_mesh(

@@ -274,11 +274,11 @@ def test_bad_input_gives_clear_errors(policy, sampler):
     key = jax.random.key(0)
     with pytest.raises(ValueError, match="prompts is empty"):
         sampler.generate([], key)
-    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
+    with pytest.raises(ValueError, match="max_new_tokens: must be > 0"):
         SamplingParams(max_new_tokens=0)
-    with pytest.raises(ValueError, match="temperature must be > 0"):
+    with pytest.raises(ValueError, match="temperature: must be > 0"):
         SamplingParams(temperature=0.0)
-    with pytest.raises(ValueError, match="top_p must be in"):
+    with pytest.raises(ValueError, match=r"top_p: must be in \(0, 1\]"):
         SamplingParams(top_p=0.0)
     with pytest.raises(ValueError, match="prompt 1 encodes to no tokens"):
         sampler.generate(["Is it", ""], key)

@@ -67,13 +67,13 @@ class SamplingParams:
             object.__setattr__(self, "stop_strings", (self.stop_strings,))
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
-        if not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {self.temperature!r}")
+            raise ValueError(f"max_new_tokens: must be > 0, got {self.max_new_tokens!r}")
+        if not self.temperature > 0:  # greedy=True takes the argmax
+            raise ValueError(f"temperature: must be > 0, got {self.temperature!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+            raise ValueError(f"top_k: must be >= 0, got {self.top_k!r}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+            raise ValueError(f"top_p: must be in (0, 1], got {self.top_p!r}")
         if any(not s for s in self.stop_strings):
             raise ValueError(f"stop_strings may not contain an empty string: {self.stop_strings!r}")
 
