@@ -24,7 +24,7 @@ from archer_jax.distributed import host_share
 from archer_jax.envs import registry
 from archer_jax.envs.pool import EnvPool
 from archer_jax.input_pipeline import InputPipeline
-from archer_jax.learners import registry as actor_losses
+from archer_jax.learners import actor_losses
 from archer_jax.learners.ppo import PPOConfig
 from archer_jax.learners.ppo_learner import PPOLearner
 from archer_jax.learners.actor import Actor

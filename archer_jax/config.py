@@ -38,7 +38,7 @@ from archer_jax import agents
 from archer_jax.envs import registry as envs
 from archer_jax.envs.experts import EXPERTS
 from archer_jax.errors import ConfigError
-from archer_jax.learners import registry as actor_losses
+from archer_jax.learners import actor_losses
 from archer_jax.learners.critic import EMBEDDINGS
 from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
 from archer_jax.models import hub
@@ -148,7 +148,7 @@ def base_config() -> ml_collections.ConfigDict:
         # code). 0 or less is refused rather than taken as "off" (in PyTorch a 0 norm would zero
         # every gradient, not skip clipping); a huge value such as 1e9 never clips.
         max_grad_norm=1.0,
-        actor_loss="actor_pg",  # a name in archer_jax.learners.registry
+        actor_loss="actor_pg",  # a name in archer_jax.learners.actor_losses
         # Transitions per scanned micro-batch of a step: "auto" (the largest that fits the device,
         # from the compiled step's memory analysis; on CPUs at most batch_size, faster there) or a
         # number that cuts every step's batch evenly (8 = the official layout). Only memory and
@@ -168,7 +168,7 @@ def base_config() -> ml_collections.ConfigDict:
         generate_episodes=2000, policy_mix="optimal:0.2,redundant:0.3,random:0.5", generate_seed=0,
     ))
     # Token-level PPO (agent "ppo", archer_jax/learners/ppo.py) and its advantage estimator
-    # (archer_jax/learners/advantages.py). The paper's Table 2 names PPO's epochs, GAE lambda and
+    # (archer_jax/learners/ppo_estimators.py). The paper's Table 2 names PPO's epochs, GAE lambda and
     # clip range; these defaults are PPO's usual values (Schulman et al. 2017) and RAGEN's for its
     # archer estimator (high_level_gamma 0.95, alpha 0.1).
     c.ppo = ml_collections.ConfigDict(dict(
@@ -263,7 +263,7 @@ KEY_DOCS: dict[str, str] = {
     "learner.critic_lr": "Adam learning rate of the critic",
     "learner.actor_lr": "Adam learning rate of the policy",
     "learner.max_grad_norm": "clip each network's gradient to this global norm (> 0; always on)",
-    "learner.actor_loss": "the policy-gradient loss: a name in archer_jax.learners.registry",
+    "learner.actor_loss": "the policy-gradient loss: a name in archer_jax.learners.actor_losses",
     "learner.micro_batch_size": "transitions per scanned micro-batch: auto (largest that fits) or a number that cuts each step evenly",
     "learner.expectile": "offline ArCHer: V's expectile of Q over the data, in (0, 1) (0.9 IQL; 0.5 the SARSA variant)",
     "learner.iql_v_target": "offline ArCHer: V's target: min (min of the target Qs) | paired (each V_i its own target Q_i)",
@@ -276,7 +276,7 @@ KEY_DOCS: dict[str, str] = {
     "offline.policy_mix": "offline agents without a dataset: expert kinds and weights, e.g. optimal:0.2,redundant:0.3,random:0.5",
     "offline.generate_seed": "offline agents without a dataset: the generator's seed (the same data for every run seed)",
     "rollout_group_size": "rollouts per game: rollout_size / k games each played k times (grpo's groups; 1 = off)",
-    "ppo.adv_estimator": "PPO's advantage estimator: gae | grpo | archer_ragen | archer_hierarchical (archer_jax.learners.advantages)",
+    "ppo.adv_estimator": "PPO's advantage estimator: gae | grpo | archer_ragen | archer_hierarchical (archer_jax.learners.ppo_estimators)",
     "ppo.epochs": "PPO: passes over each iteration's rollouts (minibatches of batch_size x grad_accum_steps)",
     "ppo.clip": "PPO: the policy ratio's clip range epsilon, in (0, 1)",
     "ppo.value_clip": "PPO: the value loss's clip range around the rollout's values (> 0)",
@@ -523,7 +523,7 @@ def _check_offline(c: ml_collections.ConfigDict, given: dict) -> None:
 
 def _check_ppo(c: ml_collections.ConfigDict, given: dict) -> None:
     """PPO's keys and the rollout groups (GRPO's)."""
-    from archer_jax.learners import advantages
+    from archer_jax.learners import ppo_estimators as advantages
     from archer_jax.learners.ppo import VALUE_HEADS
 
     if c.ppo.adv_estimator not in advantages.ESTIMATORS:

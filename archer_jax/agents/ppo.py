@@ -1,5 +1,5 @@
 """Token-level PPO over multi-turn dialogues: the paper's on-policy baseline, with the advantage
-estimator of ``config.ppo.adv_estimator`` (:mod:`archer_jax.learners.advantages`).
+estimator of ``config.ppo.adv_estimator`` (:mod:`archer_jax.learners.ppo_estimators`).
 
     for each iteration (the loop has just rolled out rollout_size dialogues with the policy;
                         grpo: rollout_group_size of them per game):
@@ -25,7 +25,7 @@ import numpy as np
 
 from archer_jax.agents.agent import Agent, sample_actions, timed
 from archer_jax.agents.archer import critic_updates, policy_pi_actions
-from archer_jax.learners import advantages
+from archer_jax.learners import ppo_estimators as advantages  # PPO's advantage estimators by name
 from archer_jax.learners.batches import MIN_BUCKET, bc_batch, pad
 from archer_jax.learners.ppo import PPOBatch, PPOConfig
 from archer_jax.learners.train_state import States

@@ -24,7 +24,8 @@ from jax.sharding import Mesh, NamedSharding
 
 from archer_jax import sharding as shd
 from archer_jax.precision import traced_with
-from archer_jax.learners import archer, bc, offline_archer, registry, train_state
+from archer_jax.learners import actor_losses as registry  # the actor losses by name
+from archer_jax.learners import archer, bc, offline_archer, train_state
 from archer_jax.learners.actor import Actor
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import DoubleCritic
@@ -43,7 +44,7 @@ class LearnerConfig:
     critic_lr: float = 2e-5
     actor_lr: float = 1e-6
     max_grad_norm: float = 1.0
-    actor_loss: str = "actor_pg"  # a name in archer_jax.learners.registry
+    actor_loss: str = "actor_pg"  # a name in archer_jax.learners.actor_losses
     # Offline ArCHer (archer_jax/learners/offline_archer.py): V's expectile (0.5 = SARSA), what each
     # V head regresses to, and the AWR actor's β and weight clip (actor_loss="awr").
     expectile: float = 0.9

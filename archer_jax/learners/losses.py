@@ -3,7 +3,7 @@
 Every function takes values the networks already computed, so each can be checked against a
 NumPy re-derivation and reused by any network. Shapes: ``[batch]`` per transition,
 ``[batch, tokens]`` per action token with a 0/1 ``mask``. The actor losses a config can name are
-listed, with one signature, in :mod:`archer_jax.learners.registry`.
+listed, with one signature, in :mod:`archer_jax.learners.actor_losses`.
 """
 
 from __future__ import annotations

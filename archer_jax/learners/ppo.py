@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from archer_jax.learners import advantages
+from archer_jax.learners import ppo_estimators
 from archer_jax.learners.optimization import accumulate_gradients, adam_update, keep_if_finite, summarize
 from archer_jax.learners.train_state import TrainState, merged
 from archer_jax.models.tokenizer import Tokens
@@ -54,22 +54,22 @@ class PPOConfig:
     archer_alpha: float = 0.1  # archer_ragen's mixing weight
     whiten: bool = True  # gae and archer_hierarchical (archer_ragen always whitens, as RAGEN)
     value_head: str = "separate"
-    # archer_hierarchical: the turn level is Q(s, a) - V(s) of the critic, not Q(s, a) (advantages.archer_hierarchical)
+    # archer_hierarchical: the turn level is Q(s, a) - V(s) of the critic, not Q(s, a) (ppo_estimators.archer_hierarchical)
     critic_baseline: bool = False
     # The rollouts' sampling temperature (config.sampling.temperature, set by the run): log-probs
     # and ratios are taken under softmax(logits / temperature), the distribution sampled from.
     temperature: float = 1.0
 
     def __post_init__(self):
-        advantages.get(self.adv_estimator)  # a KeyError lists the registered ones
+        ppo_estimators.get(self.adv_estimator)  # a KeyError lists the registered ones
         if self.value_head not in VALUE_HEADS:
             raise ValueError(f"value_head must be one of {VALUE_HEADS}, got {self.value_head!r}")
-        if self.critic_baseline and not advantages.get(self.adv_estimator).needs_critic:
+        if self.critic_baseline and not ppo_estimators.get(self.adv_estimator).needs_critic:
             raise ValueError(f"critic_baseline needs an estimator that reads the critic, not {self.adv_estimator!r}")
 
     @property
-    def estimator(self) -> advantages.Estimator:
-        return advantages.get(self.adv_estimator)
+    def estimator(self) -> ppo_estimators.Estimator:
+        return ppo_estimators.get(self.adv_estimator)
 
 
 class PPOBatch(NamedTuple):
