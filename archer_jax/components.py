@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from archer_jax import agents, memory_plan, prompts
+from archer_jax import agents, memory_plan, model_oracle, prompts
 from archer_jax import sharding as shd
 from archer_jax.acting import Acting
 from archer_jax.data.offline_replay import OfflineReplay, open_dataset
@@ -39,7 +39,7 @@ from archer_jax.precision import compute_dtype
 from archer_jax.prompts import Prompter
 from archer_jax.replay import ReplayBuffer
 from archer_jax.sampling import Sampler, SamplingParams
-from archer_jax.step_metrics import StepMetrics
+from archer_jax.run.step_metrics import StepMetrics
 
 class Components:
     """Builds everything a run needs from ``config`` (already validated)."""
@@ -101,7 +101,7 @@ class Components:
         )
         self.batch = c.batch_size * c.grad_accum_steps
         envs = max(len(host_share(c.rollout_size)), len(host_share(c.eval_size)), 1)  # this host's games
-        self.pool = EnvPool(registry.env_factory(c), envs, num_workers=c.env.workers, timeout_s=c.env.timeout_s)
+        self.pool = EnvPool(registry.env_factory(c, model_oracle.from_config(c)), envs, num_workers=c.env.workers, timeout_s=c.env.timeout_s)
         self.watchdog = StepMetrics(c.max_nonfinite_steps)
 
     def largest_activation(self) -> memory_plan.Activation:

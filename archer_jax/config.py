@@ -21,7 +21,7 @@ with one line naming the new key.
 :func:`validate` checks a finished config (after ``--config.x=...`` overrides) and raises
 :class:`~archer_jax.errors.ConfigError` with one line naming the key: unknown keys (with the
 closest known one), wrong types, unknown agent/env/loss names, values out of range, a policy or
-critic directory that does not exist. :mod:`archer_jax.preflight` adds the checks that need the
+critic directory that does not exist. :mod:`archer_jax.run.preflight` adds the checks that need the
 workdir, the devices or the models' ``config.json``.
 """
 

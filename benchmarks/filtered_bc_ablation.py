@@ -33,11 +33,11 @@ from filtered_bc_data import dialogues, latest_buffer
 
 from archer_jax import rollout
 from archer_jax.agents.rollouts import evaluate
-from archer_jax.checkpoint import Checkpoints
 from archer_jax.components import Components
 from archer_jax.learners.batches import bc_batch
 from archer_jax.learners.selection import filtered_bc_mask
 from archer_jax.learners.train_state import States
+from archer_jax.run.checkpoint import Checkpoints
 
 
 def subsets(records: list[dict], fraction: float) -> dict[str, list[int]]:

@@ -13,11 +13,12 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 
 LAYERS = [
-    ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts", "workdir_lock"),
+    ("archer_jax", "run", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts", "workdir_lock",
+     "hub_names"),
     ("models",),
     ("envs", "learners", "sampling", "replay", "rollout", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
      "tensorboard_writer", "memory_plan", "history", "prompts", "data"),
-    ("acting", "sft"),
+    ("acting", "sft", "model_oracle"),
     ("agents",),
     ("components", "config", "config_changes", "preflight", "handover", "import_official"),
     ("train",),
@@ -71,6 +72,8 @@ GRAPH = {name: _imports(path) for name, path in MODULES.items()}
 
 def layer(module: str) -> int:
     top = module.split(".")[1] if "." in module else module
+    if top == "run" and module.count(".") > 1:  # archer_jax.run.*: the run's modules span layers; each keeps its own
+        top = module.split(".")[2]
     for number, names in enumerate(LAYERS):
         if top in names:
             return number
@@ -88,6 +91,15 @@ def test_learning_does_not_act():
     acting = ("archer_jax.sampling", "archer_jax.acting", "archer_jax.rollout", "archer_jax.envs")
     bad = [f"{m} imports {d}" for m, deps in GRAPH.items() if m.startswith("archer_jax.learners")
            for d in deps if d.startswith(acting)]
+    assert not bad, "\n".join(bad)
+
+
+def test_envs_load_no_model():
+    """envs/ imports neither the models, the sampler nor the model oracle: a model oracle is built
+    above them (archer_jax.model_oracle) and handed in."""
+    models = ("archer_jax.models", "archer_jax.sampling", "archer_jax.model_oracle")
+    bad = [f"{m} imports {d}" for m, deps in GRAPH.items() if m.startswith("archer_jax.envs")
+           for d in deps if d.startswith(models)]
     assert not bad, "\n".join(bad)
 
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import jax
 import numpy as np
 
-from archer_jax import report, rollout
+from archer_jax import rollout
+from archer_jax.run import report
 from archer_jax.agents.agent import EVAL, ROLLOUT, Agent
 from archer_jax.distributed import concat_gathered, host_share
 from archer_jax.learners.train_state import States

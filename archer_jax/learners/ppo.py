@@ -6,7 +6,7 @@ r"""Token-level PPO (Schulman et al. 2017) for multi-turn dialogues: its losses 
     L_kl = token-mean(exp(log π_ref - log π) - (log π_ref - log π) - 1)      ("k3", ≥ 0, to the reference)
     L = L_pg + c_v L_v + β_kl L_kl
 
-``A_t`` and ``R_t`` come from an estimator of :mod:`archer_jax.learners.advantages`; ``π_old``
+``A_t`` and ``R_t`` come from an estimator of :mod:`archer_jax.learners.ppo_estimators`; ``π_old``
 and ``V_old`` from one pass over the iteration's rollouts before its first PPO step; ``π_ref`` is
 the policy the run started RL from (after SFT), held as the actor state's ``target``. Token means
 run over the step's action tokens, whatever its micro-batch layout. The loop around the step

@@ -10,8 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from archer_jax.checkpoint import Checkpoints
 from archer_jax.components import Components
+from archer_jax.run.checkpoint import Checkpoints
 from archer_jax.train import train_and_evaluate
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "20q_llm.py"
