@@ -18,11 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from archer_jax.envs.detective import Detective
+from archer_jax.envs.experts import city_expert, expert
 from archer_jax.envs.guess_my_city import GuessMyCity
 from archer_jax.envs.oracle import Oracle
 from archer_jax.envs.oracle_formats import EMBEDDED, parse
 from archer_jax.envs.pool import EnvFactory
-from archer_jax.envs.twenty_questions import TwentyQuestions, TwentyQuestionsSubset
+from archer_jax.envs.twenty_questions import SUBSET, TwentyQuestions, TwentyQuestionsSubset
+from archer_jax.envs.webshop import DEFAULT_URL, WebShop
 from archer_jax.envs.webshop_goals import EVAL_GOALS, TRAIN_GOALS, GoalRanges, goal_range
 from archer_jax.errors import ConfigError
 from archer_jax.hub_names import is_cached, is_offline, looks_like_path
@@ -93,8 +96,6 @@ def _check_oracle(config) -> None:
 
 
 def _detective(config) -> EnvFactory:
-    from archer_jax.envs.detective import Detective
-
     options = config.env.options
     return functools.partial(
         Detective,
@@ -113,8 +114,6 @@ def _check_detective(config) -> None:
 
 
 def _webshop(config) -> EnvFactory:
-    from archer_jax.envs.webshop import DEFAULT_URL, WebShop
-
     options = config.env.options
     return functools.partial(
         WebShop,
@@ -149,21 +148,14 @@ def _check_webshop(config) -> None:
 
 
 def _twenty_questions_expert(kind: str, seed: int):
-    from archer_jax.envs.experts import expert
-
     return expert(kind, seed)
 
 
 def _subset_expert(kind: str, seed: int):
-    from archer_jax.envs.experts import expert
-    from archer_jax.envs.twenty_questions import SUBSET
-
     return expert(kind, seed, universe=SUBSET)
 
 
 def _city_expert(kind: str, seed: int):
-    from archer_jax.envs.experts import city_expert
-
     return city_expert(kind, seed)
 
 
