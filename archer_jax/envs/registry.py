@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from archer_jax.envs import experts
 from archer_jax.envs.detective import Detective
-from archer_jax.envs.experts import city_expert, expert
 from archer_jax.envs.guess_my_city import GuessMyCity
 from archer_jax.envs.oracle import Oracle
 from archer_jax.envs.oracle_formats import EMBEDDED, parse
@@ -148,15 +148,15 @@ def _check_webshop(config) -> None:
 
 
 def _twenty_questions_expert(kind: str, seed: int):
-    return expert(kind, seed)
+    return experts.expert(kind, seed)
 
 
 def _subset_expert(kind: str, seed: int):
-    return expert(kind, seed, universe=SUBSET)
+    return experts.expert(kind, seed, universe=SUBSET)
 
 
 def _city_expert(kind: str, seed: int):
-    return city_expert(kind, seed)
+    return experts.city_expert(kind, seed)
 
 
 ENVS: dict[str, EnvSpec] = {

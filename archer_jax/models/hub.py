@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from archer_jax.hub_names import CONFIG, is_offline, looks_like_path
-from archer_jax.hub_names import is_cached  # noqa: F401 (hub's name for it too: preflight asks hub.is_cached)
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
