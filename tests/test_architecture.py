@@ -1,4 +1,5 @@
-"""The library's layout holds: layers import only downwards, no import cycle, short classes.
+"""The library's layout holds: layers import only downwards, envs load no model, archer_jax modules
+are imported at the top, no import cycle, short classes.
 
 The layers, lowest first (README, "Layout"): a module may import its own layer and the ones below.
 """
@@ -12,6 +13,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 
+# The package archer_jax.run sits in the lowest layer; its modules each sit in their own, by name (layer()).
 LAYERS = [
     ("archer_jax", "run", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts", "workdir_lock",
      "hub_names"),
@@ -54,7 +56,7 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imported_module(node: ast.Import | ast.ImportFrom) -> list[str]:
+def _imported_modules(node: ast.Import | ast.ImportFrom) -> list[str]:
     """The archer_jax modules an import statement names ("from archer_jax.x import y": y is a module or a name in x)."""
     if isinstance(node, ast.Import):
         return [a.name for a in node.names if a.name.startswith("archer_jax")]
@@ -80,7 +82,7 @@ def _imports(path: Path) -> set[str]:
         if _type_checking(node) or _main_guard(node):
             return
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.update(_imported_module(node))
+            found.update(_imported_modules(node))
         for child in ast.iter_child_nodes(node):
             visit(child)
 
@@ -130,7 +132,7 @@ def _local_imports(path: Path) -> list[tuple[int, str]]:
     for func in ast.walk(ast.parse(path.read_text())):
         if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
             found += [(node.lineno, module) for node in ast.walk(func) if isinstance(node, (ast.Import, ast.ImportFrom))
-                      for module in _imported_module(node)]
+                      for module in _imported_modules(node)]
     return sorted(set(found))
 
 
