@@ -26,7 +26,7 @@ with one line naming the new key.
 :func:`validate` checks a finished config (after ``--config.x=...`` overrides) and raises
 :class:`~archer_jax.errors.ConfigError` with one line naming the key: unknown keys (with the
 closest known one), wrong types, unknown agent/env/loss names, values out of range, a policy or
-critic directory that does not exist. :mod:`archer_jax.preflight` adds the checks that need the
+critic directory that does not exist. :mod:`archer_jax.run.preflight` adds the checks that need the
 workdir, the devices or the models' ``config.json``.
 """
 
@@ -50,6 +50,7 @@ from archer_jax.data.offline_replay import DATASET_ENVS
 from archer_jax.envs import registry as envs
 from archer_jax.envs.experts import EXPERTS
 from archer_jax.errors import ConfigError
+from archer_jax.handover import checkpoint_directory
 from archer_jax.learners.critic import EMBEDDINGS
 from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
@@ -185,7 +186,7 @@ def base_config() -> ml_collections.ConfigDict:
     # scripted experts in policy_mix (kinds of archer_jax.envs.experts.EXPERTS, weights normalised).
     c.offline = _group("offline")  # DatasetConfig's keys
     # Token-level PPO (agent "ppo", archer_jax/learners/ppo.py) and its advantage estimator
-    # (archer_jax/learners/advantages.py). The paper's Table 2 names PPO's epochs, GAE lambda and
+    # (archer_jax/learners/ppo_estimators.py). The paper's Table 2 names PPO's epochs, GAE lambda and
     # clip range; these defaults are PPO's usual values (Schulman et al. 2017) and RAGEN's for its
     # archer estimator (high_level_gamma 0.95, alpha 0.1).
     c.ppo = _group("ppo")  # PPOConfig's keys
@@ -266,7 +267,7 @@ KEY_DOCS: dict[str, str] = {
     "learner.critic_lr": "Adam learning rate of the critic",
     "learner.actor_lr": "Adam learning rate of the policy",
     "learner.max_grad_norm": "clip each network's gradient to this global norm (> 0; always on)",
-    "learner.actor_loss": "the policy-gradient loss: a name in archer_jax.learners.registry",
+    "learner.actor_loss": "the policy-gradient loss: a name in archer_jax.learners.actor_losses",
     "learner.micro_batch_size": "transitions per scanned micro-batch: auto (largest that fits) or a number that cuts each step evenly",
     "learner.expectile": "offline ArCHer: V's expectile of Q over the data, in (0, 1) (0.9 IQL; 0.5 the SARSA variant)",
     "learner.iql_v_target": "offline ArCHer: V's target: min (min of the target Qs) | paired (each V_i its own target Q_i)",
@@ -279,7 +280,7 @@ KEY_DOCS: dict[str, str] = {
     "offline.policy_mix": "offline agents without a dataset: expert kinds and weights, e.g. optimal:0.2,redundant:0.3,random:0.5",
     "offline.generate_seed": "offline agents without a dataset: the generator's seed (the same data for every run seed)",
     "rollout_group_size": "rollouts per game: rollout_size / k games each played k times (grpo's groups; 1 = off)",
-    "ppo.adv_estimator": "PPO's advantage estimator: gae | grpo | archer_ragen | archer_hierarchical (archer_jax.learners.advantages)",
+    "ppo.adv_estimator": "PPO's advantage estimator: gae | grpo | archer_ragen | archer_hierarchical (archer_jax.learners.ppo_estimators)",
     "ppo.epochs": "PPO: passes over each iteration's rollouts (minibatches of batch_size x grad_accum_steps)",
     "ppo.clip": "PPO: the policy ratio's clip range epsilon, in (0, 1)",
     "ppo.value_clip": "PPO: the value loss's clip range around the rollout's values (> 0)",
@@ -483,8 +484,6 @@ def _check_data(c: ml_collections.ConfigDict) -> None:
         if c.sft.steps:
             raise ConfigError("config.init_from: a run that starts from another run's networks takes no SFT warm start "
                               f"(sft.steps is {c.sft.steps}); set --config.sft.steps=0")
-        from archer_jax.handover import checkpoint_directory
-
         checkpoint_directory(c.init_from)
     if c.model.critic_init:
         if c.init_from:

@@ -5,7 +5,7 @@
     rewards = rows.ends(turn_rewards)    # each turn's value at its last token
     back = rows.from_rows(advantages, action_len)
 
-Token-level estimators (:mod:`archer_jax.learners.advantages`) read whole dialogues: a turn's
+Token-level estimators (:mod:`archer_jax.learners.ppo_estimators`) read whole dialogues: a turn's
 reward sits at its utterance's last token, and discounting runs across turns.
 """
 

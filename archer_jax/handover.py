@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archer_jax.checkpoint import Checkpoints
+from archer_jax.run.checkpoint import Checkpoints
 from archer_jax.errors import ConfigError
 from archer_jax.learners import official_critic
 from archer_jax.learners.train_state import States

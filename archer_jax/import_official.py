@@ -33,9 +33,12 @@ from typing import Any
 import numpy as np
 
 from archer_jax.learners import official_critic
-from archer_jax.models import hub
+from archer_jax.models import hub, load_pretrained
 from archer_jax.models.official import DEFAULT_BASE as DEFAULT_T5_BASE
 from archer_jax.models.official import OfficialFileError, convert_t5_oracle, read_torch, state_dict
+from archer_jax.models.pretrained import CAUSAL_LM_TYPES
+from archer_jax.models.roberta.model import RobertaConfig
+from archer_jax.models.tokenizer import load_tokenizer
 from archer_jax.models.weight_rules import MappingError
 
 log = logging.getLogger(__name__)
@@ -73,9 +76,6 @@ def _base(base: str, path: Path, role: str) -> Path:
 
 def _write_hf(tensors: dict[str, np.ndarray], out: Path, base_dir: Path, model_type: tuple[str, ...], path: Path) -> Path:
     """``tensors`` with ``base_dir``'s config and tokenizer as an HF directory, checked by loading it."""
-    from archer_jax.models import load_pretrained
-    from archer_jax.models.tokenizer import load_tokenizer
-
     try:  # both before anything is written
         config, tokenizer = hub.read_config(base_dir), load_tokenizer(base_dir)
     except hub.ModelLoadError as e:
@@ -91,16 +91,12 @@ def _write_hf(tensors: dict[str, np.ndarray], out: Path, base_dir: Path, model_t
 
 def convert_policy(tensors: dict[str, np.ndarray], out: Path, base_dir: Path, path: Path) -> Path:
     """An official policy state dict as an HF directory (the base's config and tokenizer)."""
-    from archer_jax.models.pretrained import CAUSAL_LM_TYPES
-
     return _write_hf(tensors, out, base_dir, CAUSAL_LM_TYPES, path)
 
 
 def convert_trainer(obj: dict, out: Path, base_dir: Path, critic_base_dir: Path, path: Path) -> dict[str, Path]:
     """A ``trainer.save`` file as ``out/policy``, ``out/critic`` and ``out/critic_init.safetensors``."""
     from safetensors.numpy import save_file
-
-    from archer_jax.models.roberta.model import RobertaConfig
 
     policy = convert_policy(state_dict(obj, path, "model_state_dict"), out / "policy", base_dir, path)
     critic = state_dict(obj, path, "critic_state_dict")

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from archer_jax import memory_plan, prompts
+from archer_jax import memory_plan, model_oracle, prompts
 from archer_jax import sharding as shd
 from archer_jax.acting import Acting
 from archer_jax.distributed import host_share
@@ -37,7 +37,7 @@ from archer_jax.models.tiny import model_directory
 from archer_jax.precision import compute_dtype
 from archer_jax.prompts import Prompter
 from archer_jax.sampling import Sampler, SamplingParams
-from archer_jax.step_metrics import StepMetrics
+from archer_jax.run.step_metrics import StepMetrics
 
 # Purposes folded into the run's key, so each phase draws its own numbers.
 ROLLOUT, CRITIC, ACTOR, EVAL = range(4)
@@ -100,7 +100,8 @@ class Parts:
         )
         self.batch = c.batch_size * c.grad_accum_steps
         envs = max(len(host_share(c.rollout_size)), len(host_share(c.eval_size)), 1)  # this host's games
-        self.pool = EnvPool(registry.env_factory(c), envs, num_workers=c.env.workers, timeout_s=c.env.timeout_s)
+        self.pool = EnvPool(registry.env_factory(c, model_oracle.from_config(c)), envs, num_workers=c.env.workers,
+                            timeout_s=c.env.timeout_s)
         self.metrics = StepMetrics(c.max_nonfinite_steps)  # the steps' metrics, and the non-finite watchdog
 
     def largest_activation(self) -> memory_plan.Activation:

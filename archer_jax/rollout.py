@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import jax
 import numpy as np
 
-from archer_jax import report
+from archer_jax.run import report
 from archer_jax.distributed import concat_gathered, host_share
 from archer_jax.envs.pool import EnvPool
 from archer_jax.parts import EVAL, ROLLOUT

@@ -17,7 +17,7 @@ The loop (ArCHer, Zhou et al. 2024, Algorithm 1, online), in :func:`train_and_ev
     summary.json, learning_curve.png (history.jsonl grows by a line per iteration)
 
 A workdir that already holds a checkpoint is resumed from its newest one that loads, exactly; a
-changed config is applied or refused as :mod:`archer_jax.config_changes` says. SIGINT/SIGTERM
+changed config is applied or refused as :mod:`archer_jax.run.config_changes` says. SIGINT/SIGTERM
 save a checkpoint and stop; every stop (a signal, non-finite losses, an error) writes the reports.
 
 Several hosts (a TPU pod slice, or ``--coordinator/--num_processes/--process_id`` on every host)
@@ -38,17 +38,18 @@ from typing import Any
 import jax
 import ml_collections
 
-from archer_jax import agents, config_changes, distributed, handover, history, memory_plan, preflight, report, rollout, sft
+from archer_jax import agents, distributed, handover, memory_plan, rollout, sft
+from archer_jax.run import config_changes, history, preflight, report
 from archer_jax.agents.agent import Agent, timed
-from archer_jax.checkpoint import Checkpoints
+from archer_jax.run.checkpoint import Checkpoints
 from archer_jax.config import MICRO
 from archer_jax.errors import RunInterrupted, TrainingError
-from archer_jax.interrupts import Interrupted, Interrupts
+from archer_jax.run.interrupts import Interrupted, Interrupts
 from archer_jax.learners.micro_batching import auto_limit
 from archer_jax.learners.train_state import States
-from archer_jax.loop_state import LoopState
+from archer_jax.run.loop_state import LoopState
 from archer_jax.parts import Parts
-from archer_jax.workdir_lock import WorkdirLock
+from archer_jax.run.workdir_lock import WorkdirLock
 
 log = logging.getLogger("archer_jax")
 
@@ -57,9 +58,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, *
                        allow_config_changes: bool = False) -> dict[str, Any]:
     """Trains (or resumes) the run in ``workdir``; returns the summary written to summary.json.
 
-    A resume may change the config only as :mod:`archer_jax.config_changes` allows (other keys
+    A resume may change the config only as :mod:`archer_jax.run.config_changes` allows (other keys
     need ``allow_config_changes``). SIGINT/SIGTERM stop the run with a checkpoint
-    (:mod:`archer_jax.interrupts`), raising :class:`RunInterrupted`; every stop writes the reports.
+    (:mod:`archer_jax.run.interrupts`), raising :class:`RunInterrupted`; every stop writes the reports.
     """
     preflight.check(config, workdir)  # validate(config), then every check that needs no model
     _use_compilation_cache(config.compilation_cache)
@@ -141,7 +142,7 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
 def _config_changes(config: ml_collections.ConfigDict, workdir: Path, checkpoints: Checkpoints,
                     allow: bool) -> config_changes.Changes:
     """The config changes a resume applies (refused with a :class:`ConfigError` as
-    :mod:`archer_jax.config_changes` says); writes config.json, the config in use."""
+    :mod:`archer_jax.run.config_changes` says); writes config.json, the config in use."""
     changes: config_changes.Changes = {}
     if checkpoints.latest() is not None:
         before = config_changes.recorded(workdir)
@@ -362,6 +363,6 @@ def _is_micro(c: ml_collections.ConfigDict) -> bool:
 
 
 if __name__ == "__main__":  # python -m archer_jax.train
-    from archer_jax.cli import run
+    from archer_jax.run.cli import run
 
     run()

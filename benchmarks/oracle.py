@@ -6,7 +6,7 @@ The model is a random T5 of flan-t5-small's shape (8 + 8 layers, 512 wide, 6 hea
 speed). Prompts are the official 20Q ones (``"The object is {word}." + question``) for a batch of
 ``--batch`` envs, 16 greedy new tokens. Three ways of answering one step's questions:
 
-* ``ours``: :class:`archer_jax.envs.model_oracle.T5Generator` (one jitted encode + greedy decode
+* ``ours``: :class:`archer_jax.model_oracle.T5Generator` (one jitted encode + greedy decode
   over the whole batch, power-of-two buckets; compiled before timing);
 * ``hf_batched``: the official env's call (``tokenizer(prompts, padding=True)`` then
   ``model.generate(max_new_tokens=16, do_sample=False)`` over the batch);
@@ -31,8 +31,8 @@ from common import RESULTS, print_table, time_call, write_result  # noqa: I001 (
 
 import jax  # noqa: E402
 
-from archer_jax import models  # noqa: E402
-from archer_jax.envs import model_oracle, twenty_questions  # noqa: E402
+from archer_jax import model_oracle, models  # noqa: E402
+from archer_jax.envs import oracle_formats, twenty_questions  # noqa: E402
 from archer_jax.models.tiny import train_tokenizer  # noqa: E402
 
 FLAN_T5_SMALL = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=1024, num_layers=8, num_decoder_layers=8, num_heads=6,
@@ -57,7 +57,7 @@ def prompts(batch: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     words = [o.name for o in twenty_questions.objects()]
     questions = [a.question for a in twenty_questions.attributes()]
-    fmt = model_oracle.FORMATS[("t5", "twenty_questions")]
+    fmt = oracle_formats.FORMATS[("t5", "twenty_questions")]
     return [fmt.prompt(rng.choice(words), rng.choice(questions)) for _ in range(batch)]
 
 

@@ -79,7 +79,7 @@ def _release_compiled_programs():
 
     import jax
 
-    from archer_jax.envs import model_oracle
+    from archer_jax import model_oracle
 
     model_oracle.shared.cache_clear()
     jax.clear_caches()

@@ -5,7 +5,7 @@ import pytest
 from flax import nnx
 
 from archer_jax import models
-from archer_jax.checkpoint import Checkpoints
+from archer_jax.run.checkpoint import Checkpoints
 from archer_jax.learners import Actor, DoubleCritic
 from archer_jax.replay import ReplayBuffer
 from archer_jax.agents.steps import Steps

@@ -1,5 +1,5 @@
 """Bad input fails with one line naming the key or path, before any model is built
-(archer_jax.preflight), and the command line around it: typo'd keys, ``--help``, the TPU noise.
+(archer_jax.run.preflight), and the command line around it: typo'd keys, ``--help``, the TPU noise.
 
 Most checks call preflight/parse_flags directly; a few run the command line in a subprocess.
 """
@@ -17,8 +17,9 @@ from pathlib import Path
 import jax
 import pytest
 
-from archer_jax import cli, config as config_lib, preflight, sft, train, xla_flags
+from archer_jax import config as config_lib, sft, train, xla_flags
 from archer_jax.errors import ConfigError
+from archer_jax.run import cli, preflight
 from tests.train.test_train_app import CONFIG, micro
 
 # ---- helpers ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from archer_jax import config as config_lib
-from archer_jax import report
+from archer_jax.run import report
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FILES = sorted(p.name for p in CONFIGS.glob("*.py"))

@@ -17,8 +17,9 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from archer_jax import cli, config
+from archer_jax import config
 from archer_jax.errors import ConfigError
+from archer_jax.run import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = "python -m archer_jax.train "
@@ -58,7 +59,7 @@ def _parse(args: list[str]):
     """The config ``python -m archer_jax.train ARGS`` would train, from a fresh flag set."""
     values = flags.FlagValues()
     argv = ["train", *args]  # config_flags finds the overrides in the argv it is given
-    # As the command line defines it (archer_jax/cli.py): free-form groups take new keys.
+    # As the command line defines it (archer_jax/run/cli.py): free-form groups take new keys.
     config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=False,
                                     accept_new_attributes=True, sys_argv=argv)
     for name in ("workdir", "coordinator"):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from archer_jax import import_official, models
-from archer_jax.envs import model_oracle
+from archer_jax import model_oracle
 from archer_jax.models.t5.generate import greedy
 from archer_jax.models.tiny import build_tiny
 from tests import hf_reference as ref

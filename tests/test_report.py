@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from archer_jax import report
+from archer_jax.run import report
 
 
 class Clock:

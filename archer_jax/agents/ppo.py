@@ -1,5 +1,5 @@
 """Token-level PPO over multi-turn dialogues: the paper's on-policy baseline, with the advantage
-estimator of ``config.ppo.adv_estimator`` (:mod:`archer_jax.learners.advantages`).
+estimator of ``config.ppo.adv_estimator`` (:mod:`archer_jax.learners.ppo_estimators`).
 
     for each iteration (the loop has just rolled out rollout_size dialogues with the policy;
                         grpo: rollout_group_size of them per game):
@@ -27,7 +27,7 @@ import numpy as np
 from archer_jax import sharding as shd
 from archer_jax.agents import archer
 from archer_jax.agents.agent import NetworkSpec, config_of, group, timed
-from archer_jax.learners import advantages, train_state
+from archer_jax.learners import ppo_estimators, train_state
 from archer_jax.learners.archer import utterance_advantage, utterance_q
 from archer_jax.learners.batches import MIN_BUCKET
 from archer_jax.learners.micro_batching import StepProgram
@@ -78,7 +78,7 @@ def trimmed(tokens: Tokens) -> Tokens:
 @functools.lru_cache(maxsize=None)
 def _estimate(config: PPOConfig):
     """The configured estimator, jitted (compiled once per row shape)."""
-    return jax.jit(lambda rows: advantages.get(config.adv_estimator).fn(rows, config))
+    return jax.jit(lambda rows: ppo_estimators.get(config.adv_estimator).fn(rows, config))
 
 
 def _in_chunks(fn, count: int, size: int) -> list[np.ndarray]:
@@ -190,7 +190,7 @@ class PPO(archer.ArCHer):
                                                                take(critic_act, i)),),
                                    len(obs.ids), parts.batch)
         group_of = (np.unique(sample["episode"]) - first_episode) // parts.config.rollout_group_size
-        rows = advantages.TokenRows(
+        rows = ppo_estimators.TokenRows(
             rewards=layout.ends(np.asarray(sample["reward"], np.float32)), values=layout.to_rows(values),
             mask=layout.to_rows(act.mask.astype(np.float32)), turn_end=layout.ends(np.ones(len(obs.ids), np.float32)),
             turn_values=layout.ends(turn_q), group=group_of.astype(np.int32),

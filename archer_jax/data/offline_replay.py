@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from archer_jax import distributed
+from archer_jax.data import generate
 from archer_jax.errors import ConfigError
 
 log = logging.getLogger("archer_jax")
@@ -48,6 +50,7 @@ class OfflineReplay:
     """Uniform samples of a dataset's transitions with the learners' token rows (module docstring)."""
 
     def __init__(self, source, pipeline, *, name: str, seed: int = 0, files: dict[str, Any] | None = None):
+        # TFDS stays off an online run's import path: imported only when a dataset is read or built
         from archer_jax.data import sources
 
         self.source, self.pipeline, self.name = source, pipeline, name
@@ -75,6 +78,7 @@ class OfflineReplay:
 
     def gather(self, index: np.ndarray) -> dict[str, Any]:
         """The transitions at ``index``: the dataset's columns plus the learners' token rows."""
+        # TFDS stays off an online run's import path: imported only when a dataset is read or built
         from archer_jax.data import sources
 
         out = sources.read_transitions(self.source, [int(i) for i in index])
@@ -145,6 +149,7 @@ def check_dataset(config) -> None:
     """``config.offline.dataset`` is a ``.json`` dialogue file or a directory with a train file, every
     file of it parses as the env's games (at least one), and it has a file of ``config.offline.split``;
     else a one-line :class:`ConfigError` naming the key and the user's file. Builds nothing."""
+    # TFDS stays off an online run's import path: imported only when a dataset is read or built
     from archer_jax.data import sources
     from archer_jax.data.dialogue_builder import EVAL_MARKERS, manual_splits
 
@@ -208,8 +213,6 @@ def manual_dir(config, workdir: Path) -> Path:
     spec = dict(env=env, episodes=c.generate_episodes, policy_mix=c.policy_mix, seed=c.generate_seed,
                 max_turns=config.env.max_turns)
     if not path.is_file() or _read_json(spec_path) != spec:
-        from archer_jax.data import generate
-
         generated.mkdir(parents=True, exist_ok=True)
         if path.is_file():
             log.info("the dialogues generated in %s were made with %s, not %s: generating them again",
@@ -235,7 +238,7 @@ def open_dataset(config, workdir: str | os.PathLike, pipeline, checkpoint: dict[
     """The run's offline dataset (built with TFDS on first use) as an :class:`OfflineReplay`; a
     resume passes its ``checkpoint``'s dataset state, and files changed since are refused before
     the build they were made into is touched."""
-    from archer_jax import distributed
+    # TFDS stays off an online run's import path: imported only when a dataset is read or built
     from archer_jax.data import sources
 
     workdir = Path(workdir)

@@ -13,6 +13,7 @@ import dataclasses
 import random
 from collections.abc import Callable
 
+from archer_jax.envs import guess_my_city as gmc
 from archer_jax.envs import twenty_questions as tq
 from archer_jax.envs.oracle import INVALID, NO, YES
 
@@ -154,8 +155,6 @@ def expert(kind: str, seed: int = 0, universe: tuple[str, ...] | None = None) ->
 def city_expert(kind: str, seed: int = 0) -> ScriptedExpert:
     """A Guess My City expert of :data:`EXPERTS` ``kind``: yes/no attributes, every category
     value ("Is it in Asia?", "Is it in Brazil?"), population thresholds, then a guess."""
-    from archer_jax.envs import guess_my_city as gmc
-
     oracle = gmc.CityOracle()
     questions = []
     for attr in gmc.attributes():

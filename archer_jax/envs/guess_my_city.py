@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from archer_jax.envs.oracle import INVALID, NO, YES, NameIndex, Oracle, canonical_question, mentions, normalize
@@ -164,13 +165,14 @@ class CityOracle:
 
 
 class GuessMyCity(QuestionGame):
-    """One game of Guess My City over the official cities. ``oracle``: an :class:`Oracle`, or
-    ``"embedded"`` (default) or ``"t5:PATH"`` (:mod:`archer_jax.envs.model_oracle`)."""
+    """One game of Guess My City over the official cities. ``oracle``: an :class:`Oracle`, a
+    zero-argument factory of one (a model oracle's: :func:`archer_jax.model_oracle.factory`), or
+    ``"embedded"`` (default)."""
 
     secret_key = "city"
     game = "guess_my_city"
 
-    def __init__(self, oracle: Oracle | str | None = None, max_turns: int = MAX_TURNS):
+    def __init__(self, oracle: Oracle | Callable[[], Oracle] | str | None = None, max_turns: int = MAX_TURNS):
         super().__init__(pick_oracle(oracle, self.game, CityOracle), max_turns)
         self.cities = cities()
 

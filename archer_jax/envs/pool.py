@@ -21,7 +21,7 @@
   :mod:`archer_jax.envs.base` holds for every env, your own included.
 * ``num_workers=0`` runs the envs in this process with the same interface. There, envs whose
   class has a static ``step_many(envs, actions)`` are stepped together through it (question
-  games answer all their questions in one batched model decode: :mod:`archer_jax.envs.model_oracle`).
+  games answer all their questions in one batched model decode: :mod:`archer_jax.model_oracle`).
 
 The env factory must be picklable (a module-level class or ``functools.partial`` of one).
 """

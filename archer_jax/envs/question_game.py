@@ -18,6 +18,7 @@ from typing import Any
 
 from archer_jax.envs.base import StepInfo, StepResult, episode_over, not_started
 from archer_jax.envs.oracle import INVALID, MAX_QUESTION_CHARS, Oracle
+from archer_jax.envs.oracle_formats import EMBEDDED
 
 START = "Questions:\n"
 MAX_TURNS = 20
@@ -61,16 +62,16 @@ def one_line(question: str) -> str:
     return " ".join(str(question).split())[:MAX_QUESTION_CHARS]
 
 
-def pick_oracle(oracle: Oracle | str | None, game: str, embedded: Callable[[], Oracle]) -> Oracle:
-    """The game's oracle: ``embedded()`` for None or ``"embedded"``, a model oracle for a
-    ``"t5:PATH"`` / ``"lm:PATH"`` spec (one per process, shared), or the given instance."""
-    if oracle is None or oracle == "embedded":
+def pick_oracle(oracle: Oracle | Callable[[], Oracle] | str | None, game: str, embedded: Callable[[], Oracle]) -> Oracle:
+    """The game's oracle: ``embedded()`` for None or ``"embedded"``, the given instance, or what a
+    zero-argument factory returns (a model oracle's: :func:`archer_jax.model_oracle.factory`; the
+    envs load no model, so a ``"t5:PATH"`` / ``"lm:PATH"`` spec is refused)."""
+    if oracle is None or oracle == EMBEDDED:
         return embedded()
     if isinstance(oracle, str):
-        from archer_jax.envs import model_oracle
-
-        return model_oracle.shared(oracle, game)
-    return oracle
+        raise ValueError(f"{game}: oracle {oracle!r} is a model oracle's spec; pass the oracle or a zero-argument "
+                         "factory of it (archer_jax.model_oracle.factory)")
+    return oracle if isinstance(oracle, Oracle) else oracle()
 
 
 class QuestionGame:

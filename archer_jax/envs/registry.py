@@ -18,11 +18,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from archer_jax.envs import experts
+from archer_jax.envs.detective import Detective
+from archer_jax.envs.guess_my_city import GuessMyCity
+from archer_jax.envs.oracle import Oracle
+from archer_jax.envs.oracle_formats import EMBEDDED, parse
 from archer_jax.envs.pool import EnvFactory
+from archer_jax.envs.twenty_questions import SUBSET, TwentyQuestions, TwentyQuestionsSubset
+from archer_jax.envs.webshop import DEFAULT_URL, WebShop
 from archer_jax.envs.webshop_goals import EVAL_GOALS, TRAIN_GOALS, GoalRanges, goal_range
 from archer_jax.errors import ConfigError
+from archer_jax.hub_names import is_cached, is_offline, looks_like_path
 
 log = logging.getLogger(__name__)
+
+OracleFactory = Callable[[], Oracle]  # a model oracle's, picklable (archer_jax.model_oracle.factory)
 
 DETECTIVE_HINT = (
     "set config.env.options.game_path to detective.z5 (from the jericho game suite, "
@@ -34,7 +44,8 @@ DETECTIVE_HINT = (
 class EnvSpec:
     """How to build one named env from a config.
 
-    ``factory(config)`` returns a picklable zero-argument env factory. ``expert(kind, seed)``, when
+    ``factory(config)`` returns a picklable zero-argument env factory (a question game's also
+    takes ``oracle=``, its model oracle's factory: :func:`env_factory`). ``expert(kind, seed)``, when
     set, returns a scripted player with ``act(observation) -> action`` for SFT data.
     ``options`` are the ``config.env.options`` keys the env accepts (with their defaults).
     """
@@ -45,45 +56,38 @@ class EnvSpec:
     check: Callable[[Any], None] | None = None
 
 
-def _oracle(config) -> str:
-    return config.env.options.get("oracle", "embedded")
+def _oracle(config, oracle: OracleFactory | None = None) -> str | OracleFactory:
+    """What a question game gets as ``oracle``: the model oracle's factory handed in, else the
+    option (its spec: the game refuses a model's, which only a factory from above can load)."""
+    return config.env.options.get("oracle", EMBEDDED) if oracle is None else oracle
 
 
-def _twenty_questions(config) -> EnvFactory:
-    from archer_jax.envs.twenty_questions import TwentyQuestions
-
-    return functools.partial(TwentyQuestions, max_turns=config.env.max_turns, oracle=_oracle(config))
+def _twenty_questions(config, oracle: OracleFactory | None = None) -> EnvFactory:
+    return functools.partial(TwentyQuestions, max_turns=config.env.max_turns, oracle=_oracle(config, oracle))
 
 
-def _twenty_questions_subset(config) -> EnvFactory:
-    from archer_jax.envs.twenty_questions import TwentyQuestionsSubset
-
-    return functools.partial(TwentyQuestionsSubset, max_turns=config.env.max_turns, oracle=_oracle(config))
+def _twenty_questions_subset(config, oracle: OracleFactory | None = None) -> EnvFactory:
+    return functools.partial(TwentyQuestionsSubset, max_turns=config.env.max_turns, oracle=_oracle(config, oracle))
 
 
-def _guess_my_city(config) -> EnvFactory:
-    from archer_jax.envs.guess_my_city import GuessMyCity
-
-    return functools.partial(GuessMyCity, max_turns=config.env.max_turns, oracle=_oracle(config))
+def _guess_my_city(config, oracle: OracleFactory | None = None) -> EnvFactory:
+    return functools.partial(GuessMyCity, max_turns=config.env.max_turns, oracle=_oracle(config, oracle))
 
 
 def _check_oracle(config) -> None:
     """``env.options.oracle`` is 'embedded', 't5:PATH' or 'lm:PATH' with a format for this env, a
     path that exists (or a hub name), and a model oracle runs with the envs in this process."""
-    from archer_jax.envs import model_oracle
-    from archer_jax.models import hub
-
     spec = _oracle(config)
     try:
-        kind, path = model_oracle.parse(spec, config.env.name)
+        kind, path = parse(spec, config.env.name)
     except ValueError as e:
         raise ConfigError(f"config.env.options.oracle: {e}") from None
-    if kind == model_oracle.EMBEDDED:
+    if kind == EMBEDDED:
         return
     if not Path(path).expanduser().exists():
-        if hub.looks_like_path(path):
+        if looks_like_path(path):
             raise ConfigError(f"config.env.options.oracle: {path} does not exist")
-        if hub.is_offline() and not hub.is_cached(path):  # "oracles/20q_t5" reads as a hub name too
+        if is_offline() and not is_cached(path):  # "oracles/20q_t5" reads as a hub name too
             raise ConfigError(f"config.env.options.oracle: {path} does not exist, nor is it a hub model in the local "
                               "Hugging Face cache (HF_HUB_OFFLINE is set)")
     if config.env.workers:
@@ -92,8 +96,6 @@ def _check_oracle(config) -> None:
 
 
 def _detective(config) -> EnvFactory:
-    from archer_jax.envs.detective import Detective
-
     options = config.env.options
     return functools.partial(
         Detective,
@@ -112,8 +114,6 @@ def _check_detective(config) -> None:
 
 
 def _webshop(config) -> EnvFactory:
-    from archer_jax.envs.webshop import DEFAULT_URL, WebShop
-
     options = config.env.options
     return functools.partial(
         WebShop,
@@ -148,22 +148,15 @@ def _check_webshop(config) -> None:
 
 
 def _twenty_questions_expert(kind: str, seed: int):
-    from archer_jax.envs.experts import expert
-
-    return expert(kind, seed)
+    return experts.expert(kind, seed)
 
 
 def _subset_expert(kind: str, seed: int):
-    from archer_jax.envs.experts import expert
-    from archer_jax.envs.twenty_questions import SUBSET
-
-    return expert(kind, seed, universe=SUBSET)
+    return experts.expert(kind, seed, universe=SUBSET)
 
 
 def _city_expert(kind: str, seed: int):
-    from archer_jax.envs.experts import city_expert
-
-    return city_expert(kind, seed)
+    return experts.city_expert(kind, seed)
 
 
 ENVS: dict[str, EnvSpec] = {
@@ -218,10 +211,13 @@ def check_options(name: str, config) -> None:
         spec.check(config)
 
 
-def env_factory(config) -> EnvFactory:
-    """The picklable zero-argument factory of ``config.env.name``."""
+def env_factory(config, oracle: OracleFactory | None = None) -> EnvFactory:
+    """The picklable zero-argument factory of ``config.env.name``. ``oracle``: the picklable
+    zero-argument factory of the model oracle ``config.env.options.oracle`` names, built above the
+    envs (:func:`archer_jax.model_oracle.from_config`), or None (the env's embedded oracle)."""
     if config.env.name in ENVS:
-        return ENVS[config.env.name].factory(config)
+        spec = ENVS[config.env.name]
+        return spec.factory(config) if oracle is None else spec.factory(config, oracle=oracle)
     return functools.partial(_imported(config.env.name), **config.env.options.to_dict())
 
 

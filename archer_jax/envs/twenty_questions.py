@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from archer_jax.envs.oracle import INVALID, NO, YES, NameIndex, Oracle, canonical_question, ends_with_name, normalize
@@ -150,13 +151,14 @@ class KnowledgeBaseOracle:
 
 class TwentyQuestions(QuestionGame):
     """One game of Twenty Questions. ``words``: the candidate objects (default: all 157).
-    ``oracle``: an :class:`Oracle`, or ``"embedded"`` (default), ``"t5:PATH"`` or ``"lm:PATH"``
-    (:mod:`archer_jax.envs.model_oracle`)."""
+    ``oracle``: an :class:`Oracle`, a zero-argument factory of one (a model oracle's:
+    :func:`archer_jax.model_oracle.factory`), or ``"embedded"`` (default)."""
 
     secret_key = "word"
     game = "twenty_questions"
 
-    def __init__(self, words: tuple[str, ...] | None = None, oracle: Oracle | str | None = None, max_turns: int = MAX_TURNS):
+    def __init__(self, words: tuple[str, ...] | None = None, oracle: Oracle | Callable[[], Oracle] | str | None = None,
+                 max_turns: int = MAX_TURNS):
         super().__init__(pick_oracle(oracle, self.game, KnowledgeBaseOracle), max_turns)
         self.objects = objects() if words is None else tuple(object_named(w) for w in words)
 
@@ -173,5 +175,5 @@ class TwentyQuestionsSubset(TwentyQuestions):
 
     game = "twenty_questions_subset"
 
-    def __init__(self, oracle: Oracle | str | None = None, max_turns: int = MAX_TURNS):
+    def __init__(self, oracle: Oracle | Callable[[], Oracle] | str | None = None, max_turns: int = MAX_TURNS):
         super().__init__(SUBSET, oracle, max_turns)

@@ -4,10 +4,11 @@
     critic = learners.DoubleCritic(models.load_roberta("roberta-base"), rngs=nnx.Rngs(0))
     networks = learners.Networks(learners.Actor(models.load_gpt2("gpt2")), critic, mesh=mesh)
 
-* :mod:`~archer_jax.learners.archer`: ArCHer's critic and actor steps (the paper's algorithm box);
-  :mod:`~archer_jax.learners.bc`: the behaviour-cloning step (filtered BC, SFT).
-* :mod:`~archer_jax.learners.estimators` (TD targets, advantage), :mod:`~archer_jax.learners.losses`
-  (pure losses), :mod:`~archer_jax.learners.registry` (actor losses by name),
+* :mod:`~archer_jax.learners.archer`: ArCHer's critic and actor steps (the paper's algorithm box),
+  with its TD targets and advantage; :mod:`~archer_jax.learners.bc`: the behaviour-cloning step
+  (filtered BC, SFT).
+* :mod:`~archer_jax.learners.losses` (pure losses), :mod:`~archer_jax.learners.actor_losses` (actor
+  losses by name), :mod:`~archer_jax.learners.ppo_estimators` (PPO's advantage estimators by name),
   :mod:`~archer_jax.learners.optimization` (micro-batch gradients, Adam, non-finite guard, Polyak).
 * :mod:`~archer_jax.learners.critic`, :mod:`~archer_jax.learners.actor`: the networks.
 * :mod:`~archer_jax.learners.batches`: batch types and their layout from token rows.
@@ -18,14 +19,15 @@
 """
 
 from archer_jax.learners.actor import Actor, TokenBaseline, action_logprobs, pack
+from archer_jax.learners.actor_losses import ACTOR_LOSSES, ActorLoss, PolicyTerms, get_actor_loss
+from archer_jax.learners.archer import advantage, td_targets
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import CriticValues, DoubleCritic, MLPHead
-from archer_jax.learners.estimators import advantage, td_targets
+from archer_jax.learners.archer import advantage, td_targets
 from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.programs import compile_step
 from archer_jax.learners.optimization import polyak
-from archer_jax.learners.registry import ACTOR_LOSSES, ActorLoss, PolicyTerms, get_actor_loss
 from archer_jax.learners.selection import chai_select, filtered_bc_mask
 from archer_jax.learners.train_state import TrainState, split_params
 from archer_jax.models.tokenizer import Tokens

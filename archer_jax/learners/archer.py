@@ -9,6 +9,10 @@
 Batches carry a leading micro-batch axis; the gradients are averaged over it. CHAI trains its
 critic with the same :func:`critic_step`. :class:`archer_jax.learners.Learner` jits these with
 explicit shardings. The equations and our conventions are in ``docs/algorithms.md``.
+
+ArCHer's estimators, :func:`td_targets` (the critic's) and :func:`advantage` (the actor's
+utterance-level one), are pure functions of the values the networks computed (``[batch]`` per
+transition), checked against NumPy re-derivations in ``tests/learners/test_losses.py``.
 """
 
 from __future__ import annotations
@@ -18,14 +22,27 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from archer_jax.learners import losses, registry
+from archer_jax.learners import actor_losses, losses
 from archer_jax.learners.batches import ActorBatch, CriticBatch
-from archer_jax.learners.estimators import advantage, td_targets
+from archer_jax.learners.critic import CriticValues
 from archer_jax.learners.optimization import accumulate_gradients, adam_update, keep_if_finite, polyak, summarize
 from archer_jax.learners.train_state import TrainState, merged
 from archer_jax.models.tokenizer import Tokens
 
 Array = jax.Array
+
+
+def td_targets(
+    reward: Array, terminal: Array, next_v1: Array, next_v2: Array, gamma: float
+) -> tuple[Array, Array]:
+    """``r + γ (1 - terminal) V̄_i(s')``: a time-limit truncation (terminal = 0) still bootstraps."""
+    keep = gamma * (1.0 - terminal.astype(jnp.float32))
+    return reward + keep * next_v1, reward + keep * next_v2
+
+
+def advantage(values: CriticValues) -> Array:
+    """The utterance-level advantage ``min(Q1, Q2)(s, a_π) - min(V1, V2)(s)``, without gradient."""
+    return jax.lax.stop_gradient(jnp.minimum(values.q1, values.q2) - jnp.minimum(values.v1, values.v2))
 
 
 def embed_both(critic, first: Tokens, second: Tokens) -> tuple[Array, Array]:
@@ -103,7 +120,7 @@ def actor_step(
     ``loss_name`` and its ``loss_options`` (``(name, value)`` pairs), over ``micro_batches``
     scanned micro-batches."""
     critic = nnx.merge(critic_graphdef, critic_params)
-    actor_loss = registry.get_actor_loss(loss_name)
+    actor_loss = actor_losses.get_actor_loss(loss_name)
     options = dict(loss_options)
     # Token means are normalised by the step's tokens, not each micro-batch's own: the same loss
     # whatever the layout.
@@ -113,7 +130,7 @@ def actor_step(
         adv = advantage(critic(b.critic_observation, b.critic_action))  # min Q(s, a_π) - min V(s)
         token_logprobs, baseline = merged(graphdef, params, state.frozen, state.step)(b.observation, b.action)
         mask = b.action.mask.astype(jnp.float32)
-        return actor_loss(registry.PolicyTerms(adv, token_logprobs, mask, baseline, token_count), **options)
+        return actor_loss(actor_losses.PolicyTerms(adv, token_logprobs, mask, baseline, token_count), **options)
 
     grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch, micro_batches)
     params, opt_state = adam_update(state, tx, grads)

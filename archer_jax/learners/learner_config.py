@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from archer_jax.learners import registry
+from archer_jax.learners import actor_losses
 from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
 
 
@@ -30,7 +30,7 @@ class LearnerConfig:
     # code). 0 or less is refused rather than taken as "off" (in PyTorch a 0 norm would zero
     # every gradient, not skip clipping); a huge value such as 1e9 never clips.
     max_grad_norm: float = 1.0
-    actor_loss: str = "actor_pg"  # a name in archer_jax.learners.registry
+    actor_loss: str = "actor_pg"  # a name in archer_jax.learners.actor_losses
     # Transitions per scanned micro-batch of a step: "auto" (the largest that fits the device,
     # from the compiled step's memory analysis; on CPUs at most batch_size, faster there) or a
     # number that cuts every step's batch evenly (8 = the official layout). Only memory and
@@ -42,8 +42,8 @@ class LearnerConfig:
             parse_micro_batch_size(self.micro_batch_size)
         except ValueError:
             raise ValueError(f"micro_batch_size: must be 'auto' or a positive integer, got {self.micro_batch_size!r}") from None
-        if self.actor_loss not in registry.ACTOR_LOSSES:
-            raise ValueError(f"actor_loss: unknown value {self.actor_loss!r}; known: {', '.join(registry.ACTOR_LOSSES)}")
+        if self.actor_loss not in actor_losses.ACTOR_LOSSES:
+            raise ValueError(f"actor_loss: unknown value {self.actor_loss!r}; known: {', '.join(actor_losses.ACTOR_LOSSES)}")
         if not 0 <= self.gamma <= 1:
             raise ValueError(f"gamma: must be in [0, 1], got {self.gamma}")
         if not 0 < self.tau <= 1:  # tau = 0: the target critic would never move
@@ -57,9 +57,9 @@ class LearnerConfig:
                              f"a huge value such as 1e9 never clips), got {self.max_grad_norm}")
 
     @property
-    def loss(self) -> registry.ActorLoss:
+    def loss(self) -> actor_losses.ActorLoss:
         """The actor loss's registry entry."""
-        return registry.get_actor_loss(self.actor_loss)
+        return actor_losses.get_actor_loss(self.actor_loss)
 
 
 def loss_options(learner: LearnerConfig, *more) -> tuple[tuple[str, float], ...]:

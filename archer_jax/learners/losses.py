@@ -3,7 +3,7 @@
 Every function takes values the networks already computed, so each can be checked against a
 NumPy re-derivation and reused by any network. Shapes: ``[batch]`` per transition,
 ``[batch, tokens]`` per action token with a 0/1 ``mask``. The actor losses a config can name are
-listed, with one signature, in :mod:`archer_jax.learners.registry`.
+listed, with one signature, in :mod:`archer_jax.learners.actor_losses`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def critic_loss(
     """ArCHer's double-critic loss, ``L_Q + L_V``.
 
     ``L_Q = Σ_i MSE(Q_i(s, a), y_i)`` with the TD targets ``y_i = r + γ (1 - terminal) V̄_i(s')``
-    (:func:`~archer_jax.learners.estimators.td_targets`), and ``L_V = Σ_i MSE(V_i(s), Q̄_i(s, a_π))``
+    (:func:`~archer_jax.learners.archer.td_targets`), and ``L_V = Σ_i MSE(V_i(s), Q̄_i(s, a_π))``
     for a fresh policy action ``a_π``. Targets carry no gradient.
     """
     q_target1, q_target2 = jax.lax.stop_gradient(q_targets)

@@ -25,9 +25,8 @@ import optax
 from flax import nnx
 
 from archer_jax.learners import losses
-from archer_jax.learners.archer import critic_update, embed_both
+from archer_jax.learners.archer import critic_update, embed_both, td_targets
 from archer_jax.learners.batches import CriticBatch
-from archer_jax.learners.estimators import td_targets
 from archer_jax.learners.train_state import TrainState
 
 Array = jax.Array

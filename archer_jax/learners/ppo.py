@@ -6,7 +6,7 @@ r"""Token-level PPO (Schulman et al. 2017) for multi-turn dialogues: its losses 
     L_kl = token-mean(exp(log π_ref - log π) - (log π_ref - log π) - 1)      ("k3", ≥ 0, to the reference)
     L = L_pg + c_v L_v + β_kl L_kl
 
-``A_t`` and ``R_t`` come from an estimator of :mod:`archer_jax.learners.advantages`; ``π_old``
+``A_t`` and ``R_t`` come from an estimator of :mod:`archer_jax.learners.ppo_estimators`; ``π_old``
 and ``V_old`` from one pass over the iteration's rollouts before its first PPO step; ``π_ref`` is
 the policy the run started RL from (after SFT), held as the actor state's ``target``. Token means
 run over the step's action tokens, whatever its micro-batch layout. The loop around the step
@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from archer_jax.learners import advantages
+from archer_jax.learners import ppo_estimators
 from archer_jax.learners.optimization import accumulate_gradients, adam_update, keep_if_finite, summarize
 from archer_jax.learners.train_state import TrainState, merged
 from archer_jax.models.tokenizer import Tokens
@@ -55,7 +55,7 @@ class PPOConfig:
     archer_alpha: float = 0.1  # archer_ragen's mixing weight
     whiten: bool = True  # gae and archer_hierarchical (archer_ragen always whitens, as RAGEN)
     value_head: str = "separate"
-    # archer_hierarchical: the turn level is Q(s, a) - V(s) of the critic, not Q(s, a) (advantages.archer_hierarchical)
+    # archer_hierarchical: the turn level is Q(s, a) - V(s) of the critic, not Q(s, a) (ppo_estimators.archer_hierarchical)
     critic_baseline: bool = False
     # The rollouts' sampling temperature (config.sampling.temperature, set by the run): log-probs
     # and ratios are taken under softmax(logits / temperature), the distribution sampled from.
@@ -63,8 +63,8 @@ class PPOConfig:
 
     def __post_init__(self):
         """Raises ValueError naming the key (``config.ppo.<key>`` in a run's config)."""
-        if self.adv_estimator not in advantages.ESTIMATORS:
-            raise ValueError(f"adv_estimator: unknown value {self.adv_estimator!r}; known: {', '.join(advantages.ESTIMATORS)}")
+        if self.adv_estimator not in ppo_estimators.ESTIMATORS:
+            raise ValueError(f"adv_estimator: unknown value {self.adv_estimator!r}; known: {', '.join(ppo_estimators.ESTIMATORS)}")
         if self.value_head not in VALUE_HEADS:
             raise ValueError(f"value_head: unknown value {self.value_head!r}; known: {', '.join(VALUE_HEADS)}")
         if self.epochs < 1:
@@ -79,13 +79,13 @@ class PPOConfig:
         for name in ("gamma", "lam", "high_level_gamma", "archer_alpha"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name}: must be in [0, 1], got {getattr(self, name)}")
-        if self.critic_baseline and not advantages.get(self.adv_estimator).needs_critic:
+        if self.critic_baseline and not ppo_estimators.get(self.adv_estimator).needs_critic:
             raise ValueError(f"critic_baseline: only archer_hierarchical reads the utterance critic, "
                              f"not adv_estimator {self.adv_estimator!r}")
 
     @property
-    def estimator(self) -> advantages.Estimator:
-        return advantages.get(self.adv_estimator)
+    def estimator(self) -> ppo_estimators.Estimator:
+        return ppo_estimators.get(self.adv_estimator)
 
 
 class PPOBatch(NamedTuple):

@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from archer_jax.hub_names import CONFIG, is_offline, looks_like_path
+
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 TORCH_BIN = "pytorch_model.bin"
 TORCH_BIN_INDEX = "pytorch_model.bin.index.json"
-CONFIG = "config.json"
 _TOKENIZER_FILES = [
     "tokenizer.json",
     "tokenizer_config.json",
@@ -48,16 +49,6 @@ def has_tokenizer_files(directory: Path) -> bool:
 
 class ModelLoadError(ValueError):
     """A model or tokenizer could not be found or read; the message names the name or path."""
-
-
-def is_offline() -> bool:
-    """True when ``HF_HUB_OFFLINE`` (or the older ``TRANSFORMERS_OFFLINE``) is set."""
-    return any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
-def looks_like_path(name: str) -> bool:
-    """Whether ``name`` is meant as a filesystem path: hub ids are "name" or "owner/name"."""
-    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
 
 
 def resolve(name_or_path: str | os.PathLike) -> Path:
@@ -106,16 +97,6 @@ def _download(repo_id: str) -> Path:
 def is_hub_name(name: str) -> bool:
     """Whether ``name`` would be looked up on the hub: not on disk and not meant as a path."""
     return not Path(name).expanduser().exists() and not looks_like_path(name)
-
-
-def is_cached(repo_id: str) -> bool:
-    """Whether the local Hugging Face cache holds ``repo_id``'s ``config.json``."""
-    import huggingface_hub
-
-    try:
-        return isinstance(huggingface_hub.try_to_load_from_cache(repo_id, CONFIG), str)
-    except Exception:  # an invalid name: the loader says so
-        return False
 
 
 def probe(repo_id: str, timeout_s: float = 5.0) -> str | None:

@@ -19,6 +19,10 @@ from typing import Any
 import numpy as np
 
 from archer_jax.models import hub
+from archer_jax.models.t5 import weights
+from archer_jax.models.t5.model import scales_decoder_output
+from archer_jax.models.tokenizer import load_tokenizer
+from archer_jax.models.weight_rules import MappingError, check_names
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +69,6 @@ def convert_t5_oracle(path: str | Path, out: str | Path, *, base: str = DEFAULT_
     """Writes the official T5 oracle at ``path`` as an HF directory ``out`` (config from the
     shapes; tokenizer, special ids and output scaling from ``base``). Returns ``out``; nothing
     is written when ``base`` lacks a tokenizer."""
-    from archer_jax.models.t5 import weights
-    from archer_jax.models.t5.model import scales_decoder_output
-    from archer_jax.models.tokenizer import load_tokenizer
-    from archer_jax.models.weight_rules import MappingError, check_names
-
     tensors = state_dict(read_torch(path), path)
     try:
         base_dir = hub.resolve(base)

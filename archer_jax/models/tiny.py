@@ -16,6 +16,7 @@ from pathlib import Path
 
 from archer_jax.models.gpt2.model import GPT2Config
 from archer_jax.models.llama.model import LlamaConfig
+from archer_jax.models.pretrained import ARCHITECTURES, save_pretrained
 from archer_jax.models.roberta.model import RobertaConfig
 from archer_jax.models.t5.model import T5Config
 
@@ -156,8 +157,6 @@ def build_tiny(kind: str, directory: str | os.PathLike, seed: int = 0) -> Path:
     """
     import jax
     from flax import nnx
-
-    from archer_jax.models.pretrained import ARCHITECTURES, save_pretrained
 
     directory = Path(directory).expanduser()
     marker = directory / "config.json"

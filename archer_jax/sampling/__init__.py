@@ -1,4 +1,4 @@
-"""Batched generation for the Flax GPT-2 policy.
+"""Batched generation from the causal-LM policies (GPT-2, Llama, Mistral, Qwen2).
 
 * :mod:`archer_jax.sampling.sampler`: :class:`Sampler`, text in and text out (tokenizing,
   stop strings, finish reasons), the usual entry point.

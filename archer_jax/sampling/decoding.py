@@ -404,7 +404,7 @@ MIN_PROMPT_BUCKET = 64
 
 
 class Decoder:
-    """Samples token ids from a GPT-2 policy on device; compiled once per (bucket, sampling setting).
+    """Samples token ids from a causal-LM policy on device; compiled once per (bucket, sampling setting).
 
     Args:
       model: the policy; its graph (architecture) is fixed here, its parameters can be passed

@@ -1,4 +1,4 @@
-"""Batched text generation for the Flax GPT-2 policy: prompts in, actions out.
+"""Batched text generation from a causal-LM policy (GPT-2, Llama, Mistral, Qwen2): prompts in, actions out.
 
     sampler = Sampler(policy, tokenizer, mesh=mesh)
     out = sampler.generate(observations, jax.random.key(0), SamplingParams(max_new_tokens=32))
@@ -89,7 +89,7 @@ def _from_decoder(name: str) -> property:
 
 
 class Sampler:
-    """Generates actions from a GPT-2 policy; compiled once per (bucket, sampling setting).
+    """Generates actions from a causal-LM policy; compiled once per (bucket, sampling setting).
 
     Args:
       model: the policy; its graph (architecture) is fixed here, its parameters can be passed

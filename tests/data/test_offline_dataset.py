@@ -11,10 +11,11 @@ import re
 import numpy as np
 import pytest
 
-from archer_jax import preflight, train
+from archer_jax import train
 from archer_jax.data import dialogues, sources
 from archer_jax.data.offline_replay import dataset_env, open_dataset, saved_state
 from archer_jax.errors import ConfigError
+from archer_jax.run import preflight
 from tests.train.test_offline_app import offline_micro
 
 

@@ -19,10 +19,13 @@ import jax
 import numpy as np
 import pytest
 
-from archer_jax import history, train
-from archer_jax.checkpoint import Checkpoints
+from archer_jax import train
+from archer_jax.run import history
+from archer_jax.run.checkpoint import Checkpoints
 from archer_jax.errors import ConfigError, RunInterrupted, TrainingError
-from archer_jax.loop_state import LoopState
+from archer_jax.run import history
+from archer_jax.run.checkpoint import Checkpoints
+from archer_jax.run.loop_state import LoopState
 from archer_jax.train import train_and_evaluate
 from tests.train.test_train_app import _complete_steps, assert_same_tree, micro, restored
 

@@ -142,7 +142,7 @@ def test_city_offline_micro_runs_on_generated_city_dialogues(tmp_path):
 
 
 def test_preflight_checks_the_offline_paths(tmp_path):
-    from archer_jax import preflight
+    from archer_jax.run import preflight
 
     blocker = tmp_path / "a_file"
     blocker.write_text("")

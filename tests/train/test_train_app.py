@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from archer_jax import config as config_lib
-from archer_jax.checkpoint import Checkpoints
+from archer_jax.run.checkpoint import Checkpoints
 from archer_jax.envs import registry
 from archer_jax.envs.base import StepResult
 from archer_jax.envs.twenty_questions import TwentyQuestionsSubset

@@ -8,7 +8,7 @@ validation, :class:`~archer_jax.learners.learner.LearnerConfig`, the actor's con
 actor step all read this registry; nothing else checks loss names. New objectives (offline
 ArCHer, PPO, GRPO) plug in with :func:`register`::
 
-    registry.register("my_loss", lambda t: my_loss(t.advantage, t.token_logprobs, t.mask))
+    actor_losses.register("my_loss", lambda t: my_loss(t.advantage, t.token_logprobs, t.mask))
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from archer_jax.learners import advantages
+from archer_jax.learners import ppo_estimators
 
 
 def np_masked_whiten(values, mask):
@@ -111,7 +111,7 @@ def test_archer_ragen_on_ragens_own_example():
     rewards[0, [4, 9]] = 1.0
     values = np.linspace(0.1, 1.0, 10, dtype=np.float32)[None]
     mask = np.ones((1, 10), np.float32)
-    adv, ret = advantages.archer_ragen(rewards, values, mask, gamma=1.0, lam=1.0, high_level_gamma=0.95, alpha=0.1)
+    adv, ret = ppo_estimators.archer_ragen(rewards, values, mask, gamma=1.0, lam=1.0, high_level_gamma=0.95, alpha=0.1)
     want_adv, want_ret = np_archer_ragen(rewards, values, mask, 1.0, 1.0, 0.95, 0.1)
     np.testing.assert_allclose(np.asarray(adv), want_adv, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(ret), want_ret, rtol=1e-5, atol=1e-6)
@@ -131,7 +131,7 @@ def test_archer_ragen_on_random_batches(seed):
     rng = np.random.default_rng(seed)
     rewards, values, mask = random_batch(rng)
     gamma, lam, hg, alpha = rng.uniform(0.8, 1.0), rng.uniform(0.5, 1.0), rng.uniform(0.8, 1.0), rng.uniform(0, 1)
-    adv, ret = advantages.archer_ragen(rewards, values, mask, gamma=gamma, lam=lam, high_level_gamma=hg, alpha=alpha)
+    adv, ret = ppo_estimators.archer_ragen(rewards, values, mask, gamma=gamma, lam=lam, high_level_gamma=hg, alpha=alpha)
     want_adv, want_ret = np_archer_ragen(rewards, values, mask, gamma, lam, hg, alpha)
     np.testing.assert_allclose(np.asarray(adv), want_adv, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.asarray(ret), want_ret, rtol=1e-4, atol=1e-4)
@@ -141,11 +141,11 @@ def test_archer_ragen_on_random_batches(seed):
 def test_gae_with_a_loss_mask(seed):
     rng = np.random.default_rng(seed)
     rewards, values, mask = random_batch(rng)
-    adv, ret = advantages.gae(rewards, values, mask, gamma=0.97, lam=0.9)
+    adv, ret = ppo_estimators.gae(rewards, values, mask, gamma=0.97, lam=0.9)
     want_adv, want_ret = np_gae(rewards, values, mask, 0.97, 0.9)
     np.testing.assert_allclose(np.asarray(adv), want_adv, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.asarray(ret), want_ret, rtol=1e-4, atol=1e-5)
-    raw, _ = advantages.gae(rewards, values, mask, gamma=0.97, lam=0.9, whiten=False)
+    raw, _ = ppo_estimators.gae(rewards, values, mask, gamma=0.97, lam=0.9, whiten=False)
     np.testing.assert_allclose(np.asarray(raw), want_ret - values * mask, rtol=1e-4, atol=1e-5)
 
 
@@ -153,7 +153,7 @@ def test_gae_at_lambda_one_is_the_return_to_go_minus_the_value():
     rewards = np.array([[0, 0, -1, 0, 0, 0, -1]], np.float32)
     values = np.array([[0.5, 0.1, 0.2, 9.0, 0.3, 0.4, 0.6]], np.float32)
     mask = np.array([[1, 1, 1, 0, 1, 1, 1]], np.float32)  # token 3 is not the policy's
-    _, ret = advantages.gae(rewards, values, mask, gamma=1.0, lam=1.0)
+    _, ret = ppo_estimators.gae(rewards, values, mask, gamma=1.0, lam=1.0)
     np.testing.assert_allclose(np.asarray(ret)[0], [-2, -2, -2, 0, -1, -1, -1], atol=1e-6)
 
 
@@ -162,7 +162,7 @@ def test_grpo_standardises_within_groups():
     rewards = rng.normal(size=(7, 6)).astype(np.float32)
     mask = (rng.random((7, 6)) < 0.7).astype(np.float32)
     group = np.array([0, 0, 0, 1, 1, 2, 0])  # group 2 has one member: its score is kept
-    adv, ret = advantages.grpo(rewards, mask, group)
+    adv, ret = ppo_estimators.grpo(rewards, mask, group)
     np.testing.assert_allclose(np.asarray(adv), np_grpo(rewards, mask, group), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(adv), np.asarray(ret))
 
@@ -176,7 +176,7 @@ def test_archer_hierarchical(lam):
     turn_end[:, [3, 6, 9]] = 1.0
     q = rng.normal(size=(3, 12)).astype(np.float32)
     values = rng.normal(size=(3, 12)).astype(np.float32)
-    adv, ret = advantages.archer_hierarchical(q, values, mask, turn_end, lam=lam, whiten=False)
+    adv, ret = ppo_estimators.archer_hierarchical(q, values, mask, turn_end, lam=lam, whiten=False)
     want_adv, want_ret = np_hierarchical(q, values, mask, turn_end, lam)
     np.testing.assert_allclose(np.asarray(adv), want_adv, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(ret), want_ret, rtol=1e-5, atol=1e-5)
@@ -189,13 +189,13 @@ def test_masked_whiten_matches_verl():
     rng = np.random.default_rng(5)
     values = rng.normal(size=(4, 9)).astype(np.float32)
     mask = (rng.random((4, 9)) < 0.6).astype(np.float32)
-    np.testing.assert_allclose(np.asarray(advantages.masked_whiten(values, mask)), np_masked_whiten(values, mask),
+    np.testing.assert_allclose(np.asarray(ppo_estimators.masked_whiten(values, mask)), np_masked_whiten(values, mask),
                                rtol=1e-5, atol=1e-5)
 
 
 def test_registry():
-    assert set(advantages.ESTIMATORS) >= {"gae", "grpo", "archer_ragen", "archer_hierarchical"}
-    assert advantages.get("grpo").needs_groups and not advantages.get("grpo").needs_values
-    assert advantages.get("archer_hierarchical").needs_critic
+    assert set(ppo_estimators.ESTIMATORS) >= {"gae", "grpo", "archer_ragen", "archer_hierarchical"}
+    assert ppo_estimators.get("grpo").needs_groups and not ppo_estimators.get("grpo").needs_values
+    assert ppo_estimators.get("archer_hierarchical").needs_critic
     with pytest.raises(KeyError, match="registered: gae"):
-        advantages.get("vtrace")
+        ppo_estimators.get("vtrace")

@@ -5,7 +5,7 @@
 
 Every error a user can cause (a bad flag, an unknown config key, a bad value, a missing path, a
 model that cannot be loaded, a stopped run) ends the process with one line naming the cause;
-:mod:`archer_jax.preflight` finds the ones that need no model before anything is built.
+:mod:`archer_jax.run.preflight` finds the ones that need no model before anything is built.
 ``--help`` lists the flags and every config key with its default and one line of doc.
 """
 

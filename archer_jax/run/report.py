@@ -15,7 +15,7 @@ from typing import Any
 
 import jax
 
-from archer_jax.tensorboard_writer import tensorboard_writer
+from archer_jax.run.tensorboard_writer import tensorboard_writer
 
 log = logging.getLogger("archer_jax")
 

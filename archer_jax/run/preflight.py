@@ -25,6 +25,7 @@ from archer_jax.config import validate
 from archer_jax.data import offline_replay
 from archer_jax.envs import registry as envs
 from archer_jax.errors import ConfigError
+from archer_jax.hub_names import is_cached
 from archer_jax.models import hub
 from archer_jax.models.pretrained import ARCHITECTURES, CAUSAL_LM_TYPES
 from archer_jax.models.tiny import tiny_config, tiny_kind
@@ -203,7 +204,7 @@ def _check_hub_reachable(roles: list[tuple[str, str, tuple[str, ...]]]) -> None:
     """Online, a hub name that is not cached is downloaded: one probe of the hub (no retries)
     first, so that a machine without network gets one line at once, naming the key."""
     needed = [(key, name) for key, name, _ in roles
-              if tiny_kind(name) is None and hub.is_hub_name(name) and not hub.is_cached(name)]
+              if tiny_kind(name) is None and hub.is_hub_name(name) and not is_cached(name)]
     if not needed or hub.is_offline():  # offline, validate already checked the cache
         return
     key, name = needed[0]

@@ -12,7 +12,7 @@ weighs each token's log-ratio by its advantage, and the value head regresses to 
 * :func:`archer_hierarchical`: the paper's hierarchy inside PPO: an utterance's return is the
   TD-learned utterance critic's ``Q(s, a)``, and each token's baseline depends on its prefix only.
 
-The NumPy re-derivations of the published loops are in ``tests/learners/test_advantages.py``.
+The NumPy re-derivations of the published loops are in ``tests/learners/test_ppo_estimators.py``.
 """
 
 from __future__ import annotations

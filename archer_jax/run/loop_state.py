@@ -25,7 +25,7 @@ class LoopState:
     wall_time_s: float = 0.0
     # Several processes: at each checkpoint, the digest of the parameters every host holds (they agree).
     host_digests: dict[str, str] = dataclasses.field(default_factory=dict)
-    # Config changes applied on resume (archer_jax.config_changes): the iteration after which
+    # Config changes applied on resume (archer_jax.run.config_changes): the iteration after which
     # each applied, and every changed key's [old, new] value.
     config_changes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 

@@ -9,7 +9,8 @@ import functools
 import numpy as np
 import pytest
 
-from archer_jax.envs import model_oracle, registry
+from archer_jax import model_oracle
+from archer_jax.envs import oracle_formats, registry
 from archer_jax.envs.base import clean_text
 from archer_jax.envs.guess_my_city import GuessMyCity
 from archer_jax.envs.oracle import INVALID, NO, YES
@@ -29,22 +30,22 @@ def t5_dir(tmp_path_factory):
 
 def test_official_yes_no_mapping():
     """Substring tests on the lowercased answer, 'yes' before 'no' (so 'I know' is a no)."""
-    assert model_oracle.yes_no(" Yes, it is") == YES
-    assert model_oracle.yes_no("yes and no") == YES
-    assert model_oracle.yes_no("No.") == NO
-    assert model_oracle.yes_no("I know") == NO
-    assert model_oracle.yes_no("maybe") == INVALID
-    assert model_oracle.yes_no("") == INVALID
+    assert oracle_formats.yes_no(" Yes, it is") == YES
+    assert oracle_formats.yes_no("yes and no") == YES
+    assert oracle_formats.yes_no("No.") == NO
+    assert oracle_formats.yes_no("I know") == NO
+    assert oracle_formats.yes_no("maybe") == INVALID
+    assert oracle_formats.yes_no("") == INVALID
 
 
 def test_official_city_reply():
-    assert model_oracle.city_reply("Seoul, South Korea", "It is in Asia.") == "It is in Asia."
-    assert model_oracle.city_reply("Seoul, South Korea", "My town is seoul!") == model_oracle.CANT_ANSWER
-    assert model_oracle.city_reply("Seoul, South Korea", "It is in South Korea") == "It is in South Korea"
+    assert oracle_formats.city_reply("Seoul, South Korea", "It is in Asia.") == "It is in Asia."
+    assert oracle_formats.city_reply("Seoul, South Korea", "My town is seoul!") == oracle_formats.CANT_ANSWER
+    assert oracle_formats.city_reply("Seoul, South Korea", "It is in South Korea") == "It is in South Korea"
 
 
 def test_official_prompts():
-    fmt = model_oracle.FORMATS
+    fmt = oracle_formats.FORMATS
     assert fmt[("t5", "twenty_questions")].prompt("Football", "Is it round?") == "The object is football.Is it round?"
     assert fmt[("t5", "guess_my_city")].prompt("Seoul, South Korea", "Is it big?") == "Your home town is Seoul, South Korea.Is it big?"
     assert fmt[("lm", "twenty_questions_subset")].prompt("Dog", "Is it alive?") == "[INST]The object is dog.Is it alive?Yes or No[/INST]\n"
@@ -59,7 +60,7 @@ def test_official_prompts():
 ])
 def test_bad_specs_are_one_line_errors(spec, game, message):
     with pytest.raises(ValueError, match=message):
-        model_oracle.parse(spec, game)
+        oracle_formats.parse(spec, game)
 
 
 def hf_answers(directory, prompts, max_new_tokens):
@@ -79,14 +80,14 @@ def hf_answers(directory, prompts, max_new_tokens):
 @pytest.mark.parametrize("cls", [TwentyQuestions, GuessMyCity])
 def test_pool_answers_a_step_in_one_decode_as_hugging_face_does(cls, t5_dir):
     spec = f"t5:{t5_dir}"
-    pool = EnvPool(functools.partial(cls, oracle=spec), len(QUESTIONS))
+    pool = EnvPool(functools.partial(cls, oracle=model_oracle.factory(spec, cls.game)), len(QUESTIONS))
     pool.reset(seeds=range(len(QUESTIONS)))
     oracle = model_oracle.shared(spec, cls.game)
     calls = oracle.calls
     results = pool.step(QUESTIONS)
     assert oracle.calls == calls + 1  # one batched decode for the whole step
     secrets = [r.info.extra[cls.secret_key] for r in results]
-    fmt = model_oracle.FORMATS[("t5", cls.game)]
+    fmt = oracle_formats.FORMATS[("t5", cls.game)]
     decoded = hf_answers(t5_dir, [fmt.prompt(s, q) for s, q in zip(secrets, QUESTIONS)], fmt.max_new_tokens)
     # Each answer on one clean line (control characters dropped), as the dialogue records it.
     expected = [" ".join(clean_text(fmt.answer(s, d)).split()) for s, d in zip(secrets, decoded)]
@@ -97,8 +98,8 @@ def test_pool_answers_a_step_in_one_decode_as_hugging_face_does(cls, t5_dir):
 
 
 def test_subset_game_uses_the_twenty_questions_format(t5_dir):
-    env = TwentyQuestionsSubset(oracle=f"t5:{t5_dir}")
-    assert env.oracle.format is model_oracle.FORMATS[("t5", "twenty_questions_subset")]
+    env = TwentyQuestionsSubset(oracle=model_oracle.factory(f"t5:{t5_dir}", "twenty_questions_subset"))
+    assert env.oracle.format is oracle_formats.FORMATS[("t5", "twenty_questions_subset")]
     env.reset(0)
     assert env.step("Is it a dog?").observation.splitlines()[1].split("? ")[1] in (YES, NO, INVALID)
 

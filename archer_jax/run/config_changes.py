@@ -24,6 +24,7 @@ from typing import Any
 
 import ml_collections
 
+from archer_jax.config import base_config
 from archer_jax.errors import ConfigError
 
 FREE = (
@@ -63,8 +64,6 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> Changes:
     """``{key: (old, new)}`` for every key whose value differs (None where a key is absent). A key
     that ``before`` lacks and ``after`` holds at its default is no change: a run recorded by an
     older version, before the key existed, ran with that default."""
-    from archer_jax.config import base_config
-
     defaults = flatten(as_json(base_config()))
     a, b = flatten(before), flatten(after)
     return {

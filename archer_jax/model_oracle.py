@@ -1,23 +1,13 @@
 """Model oracles, the env option ``oracle``: the paper's fine-tuned flan-t5 (``t5:PATH``) and any
-causal LM the project loads (``lm:PATH``), with the official prompts and answer mappings.
+causal LM the project loads (``lm:PATH``), with the official prompts and answer mappings
+(:mod:`archer_jax.envs.oracle_formats`).
 
     --config.env.options.oracle=t5:/data/20q_t5_oracle          # an HF directory
     --config.env.options.oracle=t5:/data/20q_t5_oracle.pt       # the official file (converted once)
     --config.env.options.oracle=lm:mistralai/Mistral-7B-Instruct-v0.2   # 20Q and its subset
 
-The official formats (read in the official ArCHer code, ``archer/environment``):
-
-* Twenty Questions (and the subset), flan-t5: the prompt is ``"The object is {word}." + question``
-  (the word lowercased, no space before the question), greedy, 16 new tokens, decoded without
-  special tokens; an answer containing "yes" is ``Yes.``, else one containing "no" is ``No.``,
-  else ``Invalid Question.`` (substring tests on the lowercased answer, in that order).
-* Guess My City, flan-t5: ``"Your home town is {city}." + question`` (the official
-  "City, Country" string as it is), greedy, 64 new tokens; the answer is kept as the model wrote
-  it, except that an answer naming the city (its part before the comma) becomes
-  ``I can't answer that question.``.
-* The 20Q subset's LM oracle (the official Mistral server, never wired into the official envs):
-  ``"[INST]The object is {word}." + question + "Yes or No[/INST]\\n"`` after one BOS, greedy,
-  16 new tokens, only the new tokens decoded, then the yes/no mapping above.
+The envs load no model: the question games take the oracle, or a picklable zero-argument factory
+of it (:func:`factory`; :func:`from_config` for a run's config), from the code that builds them.
 
 Every pending question of a step goes into one batched greedy decode (the env pool asks each
 game for its question, then answers them together: :meth:`QuestionGame.step_many`). Prompts are
@@ -28,7 +18,6 @@ need the envs in this process (``env.workers=0``).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import logging
@@ -36,65 +25,21 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import jax
 import numpy as np
 
+from archer_jax import models
 from archer_jax.envs.base import clean_text
-from archer_jax.envs.oracle import INVALID, NO, YES
+from archer_jax.envs.oracle_formats import EMBEDDED, FORMATS, OracleFormat, parse
+from archer_jax.models import official
+from archer_jax.models.t5.generate import greedy
+from archer_jax.models.tokenizer import next_power_of_two, pad_rows
+from archer_jax.sampling.decoding import SamplingParams
+from archer_jax.sampling.sampler import Sampler
 
 log = logging.getLogger(__name__)
 
-EMBEDDED = "embedded"
-KINDS = ("t5", "lm")
-CANT_ANSWER = "I can't answer that question."
 DEFAULT_T5_BASE = "google/flan-t5-small"  # the official oracles' architecture and tokenizer
-
-
-def yes_no(decoded: str) -> str:
-    """The official mapping of a decoded answer: "yes" in it, else "no" in it, else invalid."""
-    text = decoded.strip().lower()
-    return YES if "yes" in text else NO if "no" in text else INVALID
-
-
-def city_reply(city: str, decoded: str) -> str:
-    """Guess My City's answer: the model's text, unless it names the city."""
-    return CANT_ANSWER if city.lower().split(",")[0] in decoded.lower() else decoded
-
-
-@dataclasses.dataclass(frozen=True)
-class OracleFormat:
-    """How a game asks a model: the prompt of (secret, question), the env's answer from
-    (secret, decoded text), and the new tokens per answer."""
-
-    prompt: Callable[[str, str], str]
-    answer: Callable[[str, str], str]
-    max_new_tokens: int
-
-
-_OBJECT_T5 = OracleFormat(lambda word, q: f"The object is {word.lower()}." + q, lambda _, d: yes_no(d), 16)
-_OBJECT_LM = OracleFormat(lambda word, q: f"[INST]The object is {word.lower()}." + q + "Yes or No[/INST]\n",
-                          lambda _, d: yes_no(d), 16)
-_CITY_T5 = OracleFormat(lambda city, q: f"Your home town is {city}." + q, city_reply, 64)
-FORMATS: dict[tuple[str, str], OracleFormat] = {
-    ("t5", "twenty_questions"): _OBJECT_T5,
-    ("t5", "twenty_questions_subset"): _OBJECT_T5,
-    ("t5", "guess_my_city"): _CITY_T5,
-    ("lm", "twenty_questions"): _OBJECT_LM,
-    ("lm", "twenty_questions_subset"): _OBJECT_LM,
-}
-
-
-def parse(spec: str, game: str) -> tuple[str, str]:
-    """``(kind, path)`` of an ``oracle`` option (``("embedded", "")`` for the default), or a
-    ValueError naming what is wrong."""
-    if spec == EMBEDDED:
-        return EMBEDDED, ""
-    kind, sep, path = str(spec).partition(":")
-    if not sep or kind not in KINDS or not path:
-        raise ValueError(f"{spec!r} is not 'embedded', 't5:PATH' or 'lm:PATH'")
-    if (kind, game) not in FORMATS:
-        games = sorted(g for k, g in FORMATS if k == kind)
-        raise ValueError(f"a {kind} oracle has no official format for {game}; it answers {', '.join(games)}")
-    return kind, path
 
 
 class ModelOracle:
@@ -132,9 +77,6 @@ class T5Generator:
         self.min_batch = min_batch  # fewer batch buckets, fewer programs to compile
 
     def __call__(self, prompts: list[str], max_new_tokens: int) -> list[str]:
-        from archer_jax.models.t5.generate import greedy
-        from archer_jax.models.tokenizer import next_power_of_two, pad_rows
-
         rows = self.tokenizer(prompts, add_special_tokens=True)["input_ids"]
         count, pad = len(rows), self.tokenizer.pad_token_id
         rows = rows + [[pad]] * (max(self.min_batch, next_power_of_two(count)) - count)  # filler: one pad token, never read
@@ -148,17 +90,11 @@ class CausalLMGenerator:
     """Greedy texts of a causal LM (the project's sampler: KV cache, buckets), new tokens only."""
 
     def __init__(self, model, tokenizer):
-        from archer_jax.sampling.sampler import Sampler
-
         self.sampler = Sampler(model, tokenizer)
         bos = tokenizer.bos_token
         self.prefix = bos if bos and not tokenizer("x")["input_ids"][:1] == [tokenizer.bos_token_id] else ""
 
     def __call__(self, prompts: list[str], max_new_tokens: int) -> list[str]:
-        import jax
-
-        from archer_jax.sampling.decoding import SamplingParams
-
         sampling = SamplingParams(max_new_tokens=max_new_tokens, greedy=True, stop_strings=())
         return self.sampler.generate([self.prefix + p for p in prompts], jax.random.key(0), sampling).texts
 
@@ -166,8 +102,6 @@ class CausalLMGenerator:
 def converted_directory(path: Path, base: str) -> Path:
     """An HF directory for the official ``.pt`` oracle at ``path`` (written once, in the user's
     cache, keyed by the file's path, size and time), with ``base``'s tokenizer."""
-    from archer_jax.models import official
-
     stat = path.stat()
     key = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{base}".encode()).hexdigest()[:12]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "archer_jax" / "oracles"
@@ -180,8 +114,6 @@ def converted_directory(path: Path, base: str) -> Path:
 
 def load(spec: str, game: str, base: str = DEFAULT_T5_BASE) -> ModelOracle:
     """The model oracle of ``spec`` for ``game`` (not cached: see :func:`shared`)."""
-    from archer_jax import models
-
     kind, path = parse(spec, game)
     if kind == EMBEDDED:
         raise ValueError("the embedded oracle is the env's own, not a model")
@@ -198,3 +130,20 @@ def load(spec: str, game: str, base: str = DEFAULT_T5_BASE) -> ModelOracle:
 def shared(spec: str, game: str, base: str = DEFAULT_T5_BASE) -> ModelOracle:
     """One model oracle per (spec, game, base) in this process, shared by its envs."""
     return load(spec, game, base)
+
+
+def factory(spec: str, game: str) -> Callable[[], ModelOracle]:
+    """The picklable zero-argument factory of ``spec``'s model oracle for ``game`` (:func:`shared`
+    in the process that calls it), what a question game takes as its ``oracle``. A bad spec
+    raises a ValueError here."""
+    parse(spec, game)
+    return functools.partial(shared, spec, game)
+
+
+def from_config(config) -> Callable[[], ModelOracle] | None:
+    """The :func:`factory` of the model oracle ``config.env.options.oracle`` names for
+    ``config.env.name``, or None: the env's embedded oracle, or an env without model oracles."""
+    spec = config.env.options.get("oracle", EMBEDDED)
+    if spec == EMBEDDED or config.env.name not in {game for _, game in FORMATS}:
+        return None
+    return factory(spec, config.env.name)
