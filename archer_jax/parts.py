@@ -34,6 +34,7 @@ from archer_jax.learners.networks import Networks
 from archer_jax.models import load_causal_lm, load_roberta, load_tokenizer
 from archer_jax.models.lora import LoRAConfig, apply_lora
 from archer_jax.models.tiny import model_directory
+from archer_jax.parts_config import LoRAKeys
 from archer_jax.precision import compute_dtype
 from archer_jax.prompts import Prompter
 from archer_jax.sampling import Sampler, SamplingParams
@@ -61,8 +62,8 @@ class Parts:
         policy = load_causal_lm(policy_dir, dtype=dtype, param_dtype=jnp.dtype(c.model.param_dtype), remat=c.model.remat,
                                 mesh=self.mesh if jax.process_count() == 1 else None)  # straight into its shardings
         if c.model.lora.rank:
-            lora_config = LoRAConfig(rank=c.model.lora.rank, alpha=c.model.lora.alpha, dropout=c.model.lora.dropout,
-                                     targets=tuple(t.strip() for t in c.model.lora.targets.split(",") if t.strip()))
+            keys = LoRAKeys(**c.model.lora)
+            lora_config = LoRAConfig(rank=keys.rank, alpha=keys.alpha, dropout=keys.dropout, targets=keys.target_names())
             wrapped = apply_lora(policy, lora_config, rngs=nnx.Rngs(c.seed))
             logging.info("LoRA rank %d on %d projections of the policy; its other weights are frozen", lora_config.rank,
                          len(wrapped))

@@ -20,9 +20,9 @@ LAYERS = [
     ("models",),
     ("envs", "learners", "sampling", "replay", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
      "dialogue_rows", "tensorboard_writer", "memory_plan", "history", "prompts", "data"),
-    ("acting", "parts", "rollout", "sft", "model_oracle"),
+    ("acting", "parts", "parts_config", "rollout", "sft", "model_oracle"),
     ("agents",),
-    ("config", "config_changes", "preflight", "handover", "import_official"),
+    ("config", "config_docs", "config_changes", "preflight", "handover", "import_official"),
     ("train",),
     ("cli",),
 ]
@@ -225,7 +225,7 @@ def test_every_config_default_is_its_dataclass_default():
             for field in dataclasses.fields(cls):
                 if field.name in skip or field.metadata.get("group"):
                     continue
-                assert c[group][field.name] == getattr(cls(), field.name), f"{group}.{field.name}"
+                assert config.group_at(c, group)[field.name] == getattr(cls(), field.name), f"{group}.{field.name}"
                 compared += 1
     skipped = {group: skip for group, _, skip in config.GROUPS + config.AGENT_GROUPS}
     for agent in agents.AGENTS.values():

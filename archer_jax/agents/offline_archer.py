@@ -20,6 +20,7 @@ from archer_jax.agents.agent import Agent, config_of, group, timed
 from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.data.offline_replay import OfflineReplay, open_dataset
 from archer_jax.learners import offline_archer
+from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.micro_batching import StepProgram
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.offline_archer import IQLConfig
@@ -33,6 +34,7 @@ class Config(archer.Config):
     agent: ClassVar[str] = "offline_archer"
     dataset_actions: ClassVar[bool] = True
 
+    learner: LearnerConfig = group(lambda: LearnerConfig(actor_loss="awr"))
     iql: IQLConfig = group(IQLConfig)  # keys of config.learner
     offline: DatasetConfig = group(DatasetConfig)
 

@@ -19,7 +19,8 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from archer_jax import distributed
-from archer_jax.config import FREE_FORM, KEY_DOCS, RENAMED, flat_defaults, renamed, unknown_key
+from archer_jax.config import FREE_FORM, RENAMED, flat_defaults, renamed, unknown_key
+from archer_jax.config_docs import KEY_DOCS
 from archer_jax.envs.base import EnvError
 from archer_jax.errors import ConfigError, TrainingError
 from archer_jax.models.hub import ModelLoadError
