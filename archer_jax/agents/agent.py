@@ -6,7 +6,7 @@ An algorithm is a subclass in a module of its own (``agents/archer.py``, ...) wi
 * ``Config``: a frozen dataclass, the single source of the algorithm's defaults and checks
   (``__post_init__`` raises ValueError naming the key); :meth:`Agent.config_of` builds it from a
   run's config (each field is the top-level key of its name, or the group in its metadata);
-* ``networks(config)``: which networks the run builds for it (:class:`NetworkSpec`);
+* ``networks_for(config)``: which networks the run builds for it (:class:`NetworkSpec`);
 * ``__init__(parts, config)``: compiles the steps it needs (``parts.networks.compile_step``);
 * ``learn(states, replay, iteration)``: one iteration's updates.
 
@@ -33,6 +33,7 @@ from archer_jax.replay import ReplayBuffer
 if TYPE_CHECKING:  # only for type hints: the parts are built before the agent, from the config
     from archer_jax.parts import Parts
 
+
 @dataclasses.dataclass(frozen=True)
 class NetworkSpec:
     """The networks a run builds for its agent: the double critic, and the actor's value head
@@ -46,8 +47,8 @@ class NetworkSpec:
 
 
 def group(default_factory) -> dataclasses.Field:
-    """A config field that is a key group of the run's config (``learner``, ``ppo``), built as
-    ``default_factory``'s dataclass from that group's keys (``name``: the group, default the field's)."""
+    """A config field that is a key group of the run's config (``learner``, ``ppo``): its
+    dataclass (``default_factory``'s), built from the keys of the group of the field's name."""
     return dataclasses.field(default_factory=default_factory, metadata={"group": True})
 
 
@@ -55,6 +56,13 @@ def check_value_head(networks, needed: bool, what: str) -> None:
     """A clear error when the actor has a value head (``Actor.baseline``) and ``what`` needs none, or the reverse."""
     if needed != networks.has_baseline:
         raise ValueError(f"{what} needs an Actor built with token_baseline={needed}")
+
+
+def bc_step(networks, tx: optax.GradientTransformation, with_target: bool = False,
+            limit: int | None | str = "networks") -> StepProgram:
+    """The behaviour-cloning step on the actor (filtered BC, the SFT warm start), compiled."""
+    return networks.compile_step(networks.traced(bc.bc_step, networks.actor_graphdef, tx),
+                                 networks.actor_shardings(tx, with_target), networks.bc_batch_shardings(), limit=limit)
 
 
 def timed(fn, *args):
@@ -140,10 +148,7 @@ class Agent:
         ``learning_rate``, micro-batches of at most ``limit`` for "auto") and the actor state it
         starts from."""
         tx = self.actor_optimizer(learning_rate)
-        shardings = self.networks.actor_shardings(tx, self.actor_target)
-        step = self.networks.compile_step(self.networks.traced(bc.bc_step, self.networks.actor_graphdef, tx), shardings,
-                                          self.networks.bc_batch_shardings(), limit=limit)
-        return step, self.networks.init_actor(tx, self.actor_target)
+        return bc_step(self.networks, tx, self.actor_target, limit), self.networks.init_actor(tx, self.actor_target)
 
     # ---- acting and learning ------------------------------------------------------------------
 

@@ -12,12 +12,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from archer_jax.agents.agent import Agent, NetworkSpec, group, timed
+from archer_jax.agents.agent import Agent, NetworkSpec, bc_step, group, timed
 from archer_jax.agents.archer import OFFLINE_LOSSES, offline_loss_error
-from archer_jax.learners import bc
 from archer_jax.learners.learner_config import LearnerConfig
-from archer_jax.learners.micro_batching import StepProgram
-from archer_jax.learners.networks import Networks
 from archer_jax.learners.selection import filtered_bc_mask
 from archer_jax.learners.train_state import States
 from archer_jax.replay import ReplayBuffer
@@ -42,12 +39,6 @@ class Config:
             raise ValueError(f"filtered_bc_fraction: must be in (0, 1], got {self.filtered_bc_fraction}")
         if self.learner.actor_loss in OFFLINE_LOSSES and not self.offline_agent:
             raise offline_loss_error(self.agent, self.learner.actor_loss)
-
-
-def bc_step(networks: Networks, tx, with_target: bool = False, limit: int | None | str = "networks") -> StepProgram:
-    """The behaviour-cloning step on the actor, compiled."""
-    return networks.compile_step(networks.traced(bc.bc_step, networks.actor_graphdef, tx),
-                                 networks.actor_shardings(tx, with_target), networks.bc_batch_shardings(), limit=limit)
 
 
 def best_positions(replay: ReplayBuffer, fraction: float) -> np.ndarray:

@@ -7,7 +7,7 @@ sampler, envs): for benchmarks, tests and plans that compile or time steps on mo
 
 Each step is built by its agent's own builder (:func:`archer_jax.agents.archer.critic_step`,
 :func:`~archer_jax.agents.archer.actor_step`, :func:`~archer_jax.agents.offline_archer.iql_critic_step`,
-:func:`~archer_jax.agents.filtered_bc.bc_step`, :func:`~archer_jax.agents.ppo.compile_ppo_step`),
+:func:`~archer_jax.agents.agent.bc_step`, :func:`~archer_jax.agents.ppo.compile_ppo_step`),
 with the optimizers the agents use: the same programs a run compiles.
 """
 
@@ -17,9 +17,9 @@ import dataclasses
 
 import jax
 
-from archer_jax.agents import archer, filtered_bc, offline_archer
+from archer_jax.agents import archer, offline_archer
 from archer_jax.agents import ppo as ppo_agent
-from archer_jax.agents.agent import check_value_head
+from archer_jax.agents.agent import bc_step, check_value_head
 from archer_jax.learners import train_state
 from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.networks import Networks
@@ -49,7 +49,7 @@ class Steps:
         self.critic_tx = train_state.optimizer(config.critic_lr, config.max_grad_norm)
         self.actor_graphdef, self.critic_graphdef = n.actor_graphdef, n.critic_graphdef
         self._actor_params, self._critic_params = n._actor_params, n._critic_params
-        self._programs = {"bc_step": filtered_bc.bc_step(n, self.actor_tx, with_target)}
+        self._programs = {"bc_step": bc_step(n, self.actor_tx, with_target)}
         if critic is not None:
             self._programs.update(critic_step=archer.critic_step(n, self.critic_tx, config),
                                   iql_critic_step=offline_archer.iql_critic_step(n, self.critic_tx, config, iql),

@@ -10,8 +10,7 @@ import json
 import pytest
 
 from archer_jax import agents
-from archer_jax.agents import filtered_bc
-from archer_jax.agents.agent import Agent, NetworkSpec, group
+from archer_jax.agents.agent import Agent, NetworkSpec, bc_step, group
 from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.train_state import States
 from archer_jax.train import train_and_evaluate
@@ -33,7 +32,7 @@ class WholeBufferBC(Agent):
 
     def __init__(self, parts, config):
         super().__init__(parts, config)
-        self.bc_step = filtered_bc.bc_step(self.networks, self.actor_tx)
+        self.bc_step = bc_step(self.networks, self.actor_tx)
 
     def learn(self, states, replay, iteration):
         actor = states.actor
