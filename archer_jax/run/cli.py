@@ -88,7 +88,7 @@ def help_text() -> str:
     key_width, value_width = max(map(len, shown)), max(map(len, shown.values()))
     lines += ["", "Config keys (--config.KEY=VALUE; base defaults, which a config file or preset may change):"]
     for key, value in shown.items():
-        lines.append(f"  {key:<{key_width}}  {value:<{value_width}}  {KEY_DOCS[key]}")
+        lines.append(f"  {key:<{key_width}}  {value:<{value_width}}  {KEY_DOCS.get(key, '')}")
     lines += ["", "Keys of archer_jax 0.1 and where they are now: archer_jax.config.RENAMED. "
               "More on each key: docs/algorithms.md (section 10)."]
     return "\n".join(lines) + "\n"
