@@ -39,16 +39,16 @@ import jax
 import ml_collections
 
 from archer_jax import agents, distributed, handover, memory_plan, rollout, sft
-from archer_jax.run import config_changes, history, preflight, report
 from archer_jax.agents.agent import Agent, timed
-from archer_jax.run.checkpoint import Checkpoints
 from archer_jax.config import MICRO
 from archer_jax.errors import RunInterrupted, TrainingError
-from archer_jax.run.interrupts import Interrupted, Interrupts
 from archer_jax.learners.micro_batching import auto_limit
 from archer_jax.learners.train_state import States
-from archer_jax.run.loop_state import LoopState
 from archer_jax.parts import Parts
+from archer_jax.run import config_changes, history, preflight, report
+from archer_jax.run.checkpoint import Checkpoints
+from archer_jax.run.interrupts import Interrupted, Interrupts
+from archer_jax.run.loop_state import LoopState
 from archer_jax.run.workdir_lock import WorkdirLock
 
 log = logging.getLogger("archer_jax")
@@ -194,7 +194,12 @@ def build_agent(config: ml_collections.ConfigDict, workdir: Path) -> Agent:
     run's, the networks it asks for, its compiled steps."""
     agent_class = agents.get(config.agent)
     agent_config = agent_class.config_of(config)
-    return agent_class(Parts(config, workdir, agent_class.networks_for(agent_config)), agent_config)
+    parts = Parts(config, workdir, agent_class.networks_for(agent_config))
+    try:
+        return agent_class(parts, agent_config)
+    except BaseException:
+        parts.close()  # its env workers
+        raise
 
 
 def _start_or_resume(agent: Agent, checkpoints: Checkpoints, writers: report.Writers,
