@@ -24,20 +24,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from typing import TYPE_CHECKING
-
 import jax
 import numpy as np
 
-from archer_jax.run import report
 from archer_jax.distributed import concat_gathered, host_share
 from archer_jax.envs.pool import EnvPool
-from archer_jax.parts import EVAL, ROLLOUT
-
-if TYPE_CHECKING:  # only for type hints
-    from archer_jax.learners.train_state import States
-    from archer_jax.parts import Parts
-    from archer_jax.replay import ReplayBuffer
+from archer_jax.learners.train_state import States
+from archer_jax.parts import EVAL, ROLLOUT, Parts
+from archer_jax.replay import ReplayBuffer
+from archer_jax.run import report
 
 Act = Callable[[list[str], int, list[int]], Sequence[str | None]]
 # An agent's acting rule: (states, observations, key, greedy, rows) -> one utterance each.
