@@ -16,7 +16,7 @@ import dataclasses
 from typing import ClassVar
 
 from archer_jax.agents import archer
-from archer_jax.agents.agent import Agent, config_of, group, timed
+from archer_jax.agents.agent import Agent, config_of, group
 from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.data.offline_replay import OfflineReplay, open_dataset
 from archer_jax.learners import offline_archer
@@ -61,7 +61,8 @@ class OfflineDataset:
 
 
 class OfflineArCHer(OfflineDataset, archer.ArCHer):
-    """IQL critic steps every iteration, AWR actor steps after ``warmup_iter``, on the dataset."""
+    """IQL critic steps every iteration, AWR actor steps after ``warmup_iter``, on the dataset
+    (ArCHer's ``learn``, with these critic and actor updates)."""
 
     name = "offline_archer"
     Config = Config
@@ -92,11 +93,3 @@ class OfflineArCHer(OfflineDataset, archer.ArCHer):
             actor, metrics = self.actor_step(actor, states.critic.params, parts.pipeline.dataset_actor_batch(sample))
             parts.metrics.add("actor", metrics)
         return States(actor, states.critic)
-
-    def learn(self, states: States, data: OfflineReplay, iteration: int) -> tuple[States, dict[str, float]]:
-        """The critic every iteration; the actor too once ``warmup_iter`` iterations are done."""
-        states, critic_s = timed(self.critic_updates, states, data, iteration)
-        actor_s = 0.0
-        if iteration > self.config.warmup_iter:
-            states, actor_s = timed(self.actor_updates, states, data, iteration)
-        return states, {"critic": critic_s, "actor": actor_s}
