@@ -25,7 +25,6 @@ def np_archer_ragen(rewards, values, mask, gamma, lam, high_level_gamma, alpha):
     token-level GAE over the valid positions, then whitening."""
     rewards = rewards.astype(np.float64)
     batch, _ = rewards.shape
-    adv, ret = np.zeros_like(rewards), np.zeros_like(rewards)
     high = np.zeros_like(rewards)
     for b in range(batch):
         eos = np.nonzero(rewards[b] != 0)[0]
@@ -36,21 +35,13 @@ def np_archer_ragen(rewards, values, mask, gamma, lam, high_level_gamma, alpha):
             delta = rewards[b, pos] + high_level_gamma * next_high - high[b, pos]
             last = delta + high_level_gamma * lam * last
             high[b, pos] = last + high[b, pos]
-        combined = alpha * high[b] + (1 - alpha) * values[b]
-        last = 0.0
-        valid = np.nonzero(mask[b])[0]
-        for i in range(len(valid) - 1, -1, -1):
-            pos = valid[i]
-            next_value = combined[valid[i + 1]] if i < len(valid) - 1 else 0.0
-            delta = rewards[b, pos] + gamma * next_value - combined[pos]
-            last = delta + gamma * lam * last
-            adv[b, pos] = last
-            ret[b, pos] = last + combined[pos]
+    combined = alpha * high + (1 - alpha) * values
+    adv, ret = _np_gae_rows(rewards, combined, mask, gamma, lam)
     return np_masked_whiten(adv, mask), ret
 
 
-def np_gae(rewards, values, mask, gamma, lam):
-    """GAE with a loss mask (RAGEN/verl): the next value is read at the next valid position."""
+def _np_gae_rows(rewards, values, mask, gamma, lam):
+    """Unwhitened GAE with a loss mask (RAGEN/verl): the next value is read at the next valid position."""
     adv, ret = np.zeros_like(rewards, np.float64), np.zeros_like(rewards, np.float64)
     for b in range(rewards.shape[0]):
         valid = np.nonzero(mask[b])[0]
@@ -62,6 +53,12 @@ def np_gae(rewards, values, mask, gamma, lam):
             last = delta + gamma * lam * last
             adv[b, pos] = last
             ret[b, pos] = last + values[b, pos]
+    return adv, ret
+
+
+def np_gae(rewards, values, mask, gamma, lam):
+    """GAE with a loss mask (RAGEN/verl), whitened over the valid positions."""
+    adv, ret = _np_gae_rows(rewards, values, mask, gamma, lam)
     return np_masked_whiten(adv, mask), ret
 
 
