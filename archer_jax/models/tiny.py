@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -159,15 +160,32 @@ def build_tiny(kind: str, directory: str | os.PathLike, seed: int = 0) -> Path:
     from flax import nnx
 
     directory = Path(directory).expanduser()
-    marker = directory / "config.json"
-    if marker.is_file() and json.loads(marker.read_text()).get("model_type") == kind:
+    if _holds_tiny(directory, kind):
         return directory
-    directory.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(kind, directory, seed=seed)
-    config = tiny_config(kind, len(tokenizer))
-    with jax.default_device(jax.local_devices(backend="cpu")[0]):
-        model = ARCHITECTURES[kind].module_cls(config, rngs=nnx.Rngs(seed))
-    return save_pretrained(model, directory, tokenizer=tokenizer)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    # Built in a private sibling and renamed into place, so that processes sharing the directory
+    # (the hosts of a run on one machine or one shared disk) never read a half-written model.
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        staging.chmod(0o755)
+        tokenizer = train_tokenizer(kind, staging, seed=seed)
+        config = tiny_config(kind, len(tokenizer))
+        with jax.default_device(jax.local_devices(backend="cpu")[0]):
+            model = ARCHITECTURES[kind].module_cls(config, rngs=nnx.Rngs(seed))
+        save_pretrained(model, staging, tokenizer=tokenizer)
+        try:
+            os.rename(staging, directory)  # atomic; refused when another process's copy landed first
+        except OSError:
+            if not _holds_tiny(directory, kind):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return directory
+
+
+def _holds_tiny(directory: Path, kind: str) -> bool:
+    marker = directory / "config.json"
+    return marker.is_file() and json.loads(marker.read_text()).get("model_type") == kind
 
 
 def tiny_kind(name: str) -> str | None:

@@ -1,5 +1,8 @@
 """The tiny preset: offline tokenizer training, HF-format directories, HF compatibility."""
 
+import subprocess
+import sys
+
 import jax.numpy as jnp
 import pytest
 
@@ -47,6 +50,38 @@ def test_build_tiny_reuses_an_existing_directory(tmp_path):
     first = (directory / "model.safetensors").read_bytes()
     models.build_tiny("gpt2", directory, seed=1)
     assert (directory / "model.safetensors").read_bytes() == first
+
+
+BUILDER = """
+import sys
+from archer_jax.models.tiny import build_tiny
+print(build_tiny("roberta", sys.argv[1]))
+"""
+READER = """
+import sys
+from pathlib import Path
+from archer_jax import models
+directory = Path(sys.argv[1])
+while not (directory / "config.json").exists():  # reads the moment the directory looks built
+    pass
+models.build_tiny("roberta", directory)
+print(len(models.load_tokenizer(directory)), models.load_pretrained(directory).config.vocab_size)
+"""
+
+
+def test_a_process_never_reads_a_tiny_model_another_is_still_writing(tmp_path):
+    # The hosts of a multi-process run on one machine build the tiny models into one workdir.
+    directory = tmp_path / "models" / "tiny_roberta"
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(directory)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    builder = subprocess.run([sys.executable, "-c", BUILDER, str(directory)], capture_output=True, text=True,
+                             timeout=300)
+    assert builder.returncode == 0, builder.stderr[-2000:]
+    out, err = reader.communicate(timeout=300)
+    assert reader.returncode == 0, err[-2000:]
+    tokens, vocab = out.split()
+    assert tokens == vocab
+    assert sorted(p.name for p in directory.parent.iterdir()) == ["tiny_roberta"]  # no staging left behind
 
 
 def test_unknown_kind():
