@@ -97,7 +97,25 @@ class NoTpuProbeFilter(logging.Filter):
 
 
 def quiet_tpu_probe() -> None:
-    """Installs :class:`NoTpuProbeFilter` on JAX's backend logger (once)."""
+    """Installs :class:`NoTpuProbeFilter` on JAX's backend logger (once), and :func:`skip_absent_tpu`."""
     logger = logging.getLogger(JAX_BACKEND_LOGGER)
     if not any(isinstance(f, NoTpuProbeFilter) for f in logger.filters):
         logger.addFilter(NoTpuProbeFilter())
+    skip_absent_tpu()
+
+
+def skip_absent_tpu(environ=os.environ) -> bool:
+    """Where no TPU chip is attached and ``JAX_PLATFORMS`` chooses nothing, JAX does not try to
+    start a TPU backend: with libtpu installed (the ``tpu`` extra, which compiles programs for a
+    TPU slice on any host) that attempt prints libtpu's warnings to stderr on every start. TPU
+    topologies (:mod:`jax.experimental.topologies`) still load libtpu on their own. Call before JAX
+    starts its backends; returns whether the TPU backend was skipped."""
+    if environ.get("JAX_PLATFORMS") or tpu_attached():
+        return False
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # a JAX without it: nothing to skip
+        return False
+    if xla_bridge.backends_are_initialized():
+        return False
+    return xla_bridge._backend_factories.pop("tpu", None) is not None

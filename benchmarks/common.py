@@ -14,6 +14,7 @@ from pathlib import Path
 from archer_jax import xla_flags
 
 xla_flags.set_default_flags()  # as the train app does, before JAX starts a backend
+xla_flags.quiet_tpu_probe()
 
 import jax  # noqa: E402
 

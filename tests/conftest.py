@@ -17,6 +17,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 from archer_jax import xla_flags  # noqa: E402
 
 xla_flags.set_default_flags()
+xla_flags.quiet_tpu_probe()  # with libtpu installed (the test extra), no TPU backend probe here
 
 # One persistent compilation cache for the whole session, this process and the training runs it
 # starts as subprocesses: the training-app tests run the same programs several times.

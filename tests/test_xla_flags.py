@@ -42,3 +42,16 @@ def test_the_test_session_set_it_as_the_train_app_does():
     assert xla_flags.decode_compiler_options("cpu") == xla_flags.DECODE_CPU_OPTIONS
     assert xla_flags.decode_compiler_options("gpu") is None
     assert "--xla_cpu_experimental_ynn_fusion_type" in os.environ["XLA_FLAGS"]
+
+
+def test_no_tpu_backend_is_started_where_no_tpu_is_attached():
+    # The test extra installs libtpu (to compile programs for TPU slices); its backend would print
+    # warnings to stderr at every start on a machine without a TPU.
+    if xla_flags.tpu_attached():
+        pytest.skip("a TPU is attached to this machine")
+    code = "from archer_jax import xla_flags; xla_flags.quiet_tpu_probe(); import jax; print(jax.devices()[0].platform)"
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+    assert done.stdout.strip() in ("cpu", "gpu", "cuda")
+    assert not xla_flags.skip_absent_tpu({"JAX_PLATFORMS": "cpu"})  # the user's choice stands
