@@ -24,6 +24,7 @@ one, a TPU that fails to start is still reported, and every other record passes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -116,6 +117,9 @@ def skip_absent_tpu(environ=os.environ) -> bool:
         from jax._src import xla_bridge
     except ImportError:  # a JAX without it: nothing to skip
         return False
-    if xla_bridge.backends_are_initialized():
+    registration = xla_bridge._backend_factories.get("tpu")
+    if registration is None or xla_bridge.backends_are_initialized():
         return False
-    return xla_bridge._backend_factories.pop("tpu", None) is not None
+    # The platform stays known (TPU lowering rules register against it); its backend just does not start.
+    xla_bridge._backend_factories["tpu"] = dataclasses.replace(registration, factory=lambda: None, fail_quietly=True)
+    return True
