@@ -145,6 +145,36 @@ def peek_config(name_or_path: str | os.PathLike) -> dict[str, Any] | None:
         return None
 
 
+# Copies of the hub's config.json of the models the presets name, shipped with the package so
+# that shapes are known without network or cache (``archer_jax.plan`` on a laptop, for one).
+_PACKAGED_CONFIGS = Path(__file__).resolve().parent.parent / "assets" / "model_configs"
+
+
+def packaged_config_names() -> list[str]:
+    """The hub names whose ``config.json`` ships with archer_jax (``gpt2``, ``roberta-base``,
+    ``mistralai/Mistral-7B-Instruct-v0.2``, ...), sorted."""
+    if not _PACKAGED_CONFIGS.is_dir():
+        return []
+    return sorted(d.name.replace("--", "/") for d in _PACKAGED_CONFIGS.iterdir() if (d / CONFIG).is_file())
+
+
+def known_config(name_or_path: str | os.PathLike) -> dict[str, Any] | None:
+    """``config.json`` of a model, from wherever it can be had without weights.
+
+    In order: a model directory, the Hugging Face cache, the hub (when online), and last the
+    copy that ships with archer_jax for the models the presets name (see
+    :func:`packaged_config_names`). The shapes of these models are thus known offline, with an
+    empty cache. None when none of these has it.
+    """
+    found = peek_config(name_or_path)
+    if found is not None:
+        return found
+    name = os.fspath(name_or_path)
+    if name not in packaged_config_names():
+        return None
+    return json.loads((_PACKAGED_CONFIGS / name.replace("/", "--") / CONFIG).read_text())
+
+
 def read_config(directory: Path) -> dict[str, Any]:
     """Parses ``config.json`` of a model directory."""
     file = directory / CONFIG
