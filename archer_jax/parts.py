@@ -44,6 +44,43 @@ from archer_jax.run.step_metrics import StepMetrics
 ROLLOUT, CRITIC, ACTOR, EVAL = range(4)
 
 
+def with_lora(c, policy) -> list:
+    """The run's LoRA adapters (``config.model.lora``) on ``policy``, in place; the projections wrapped."""
+    keys = LoRAKeys(**c.model.lora)
+    lora_config = LoRAConfig(rank=keys.rank, alpha=keys.alpha, dropout=keys.dropout, targets=keys.target_names())
+    return apply_lora(policy, lora_config, rngs=nnx.Rngs(c.seed))
+
+
+def prompt_length(c, policy_config) -> int:
+    """The longest prompt the sampler takes: ``model.max_prompt_length``, within the policy's positions."""
+    return min(c.model.max_prompt_length, policy_config.max_positions - c.sampling.max_new_tokens)
+
+
+def critic_length(c, encoder_config) -> int:
+    """The longest critic input: ``model.max_critic_length``, within the encoder's positions."""
+    return min(c.model.max_critic_length, encoder_config.max_position_embeddings - 2)
+
+
+def actor_module(c, spec, policy, value_model=None) -> Actor:
+    """The run's actor on ``policy``: the value head (or value model) ``spec`` asks for."""
+    return Actor(policy, token_baseline=spec.token_baseline, baseline_gradient=spec.baseline_gradient,
+                 value_model=value_model, rngs=nnx.Rngs(c.seed))
+
+
+def critic_module(c, encoder) -> DoubleCritic:
+    """The run's double critic on ``encoder``."""
+    return DoubleCritic(encoder, embedding=c.model.critic_embedding, rngs=nnx.Rngs(c.seed))
+
+
+def run_networks(c, mesh, actor: Actor, critic: DoubleCritic | None) -> Networks:
+    """The run's networks on ``mesh``: the critic's sharding rule, the steps' matmul precision and
+    micro-batch settings (``micro_batch_size="auto"`` limited to ``batch_size`` on CPUs)."""
+    platform = mesh.devices.flat[0].platform
+    critic_rules = shd.REPLICATED_RULES if c.model.critic_sharding == "replicated" else shd.DEFAULT_RULES
+    return Networks(actor, critic, mesh=mesh, matmul_precision=c.model.matmul_precision, critic_rules=critic_rules,
+                    micro_batch_size=c.learner.micro_batch_size, micro_batch_limit=auto_limit(platform, c.batch_size))
+
+
 class Parts:
     """Builds everything a run shares from ``config`` (already validated); ``spec`` (an agent's
     :class:`~archer_jax.agents.agent.NetworkSpec`) says which networks."""
@@ -62,36 +99,26 @@ class Parts:
         policy = load_causal_lm(policy_dir, dtype=dtype, param_dtype=jnp.dtype(c.model.param_dtype), remat=c.model.remat,
                                 mesh=self.mesh if jax.process_count() == 1 else None)  # straight into its shardings
         if c.model.lora.rank:
-            keys = LoRAKeys(**c.model.lora)
-            lora_config = LoRAConfig(rank=keys.rank, alpha=keys.alpha, dropout=keys.dropout, targets=keys.target_names())
-            wrapped = apply_lora(policy, lora_config, rngs=nnx.Rngs(c.seed))
-            logging.info("LoRA rank %d on %d projections of the policy; its other weights are frozen", lora_config.rank,
+            wrapped = with_lora(c, policy)
+            logging.info("LoRA rank %d on %d projections of the policy; its other weights are frozen", c.model.lora.rank,
                          len(wrapped))
-        room = policy.config.max_positions - c.sampling.max_new_tokens
-        sampler = Sampler(policy, policy_tokenizer, mesh=self.local_mesh, max_prompt_length=min(c.model.max_prompt_length, room),
+        sampler = Sampler(policy, policy_tokenizer, mesh=self.local_mesh, max_prompt_length=prompt_length(c, policy.config),
                           matmul_precision=precision)
         value_model = None
         if spec.value_model:  # PPO's critic model: a second copy of the policy's weights
             value_model = load_causal_lm(policy_dir, dtype=dtype, param_dtype=jnp.dtype(c.model.param_dtype),
                                          remat=c.model.remat, mesh=self.mesh if jax.process_count() == 1 else None)
-        self.actor_module = Actor(
-            policy, token_baseline=spec.token_baseline, baseline_gradient=spec.baseline_gradient,
-            value_model=value_model, rngs=nnx.Rngs(c.seed),
-        )
+        self.actor_module = actor_module(c, spec, policy, value_model)
         critic, critic_tokenizer, max_critic_length = None, None, c.model.max_critic_length
         if spec.critic:
             critic_dir = model_directory(c.model.critic, self.workdir)
             critic_tokenizer = load_tokenizer(critic_dir)
             encoder = load_roberta(critic_dir, dtype=dtype, remat=c.model.remat, seed=c.seed)
-            critic = DoubleCritic(encoder, embedding=c.model.critic_embedding, rngs=nnx.Rngs(c.seed))
-            max_critic_length = min(max_critic_length, encoder.config.max_position_embeddings - 2)
+            critic = critic_module(c, encoder)
+            max_critic_length = critic_length(c, encoder.config)
         self.encoder_config = encoder.config if critic is not None else None
         self._compute_bytes = dtype.itemsize
-        platform = self.mesh.devices.flat[0].platform
-        critic_rules = shd.REPLICATED_RULES if c.model.critic_sharding == "replicated" else shd.DEFAULT_RULES
-        self.networks = Networks(self.actor_module, critic, mesh=self.mesh, matmul_precision=precision,
-                                 critic_rules=critic_rules, micro_batch_size=c.learner.micro_batch_size,
-                                 micro_batch_limit=auto_limit(platform, c.batch_size))
+        self.networks = run_networks(c, self.mesh, self.actor_module, critic)
         prompter = Prompter(prompts.get(c.model.prompt_format), policy_tokenizer)
         self.pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, sampler.max_prompt_length, max_critic_length,
                                       c.sampling.max_new_tokens, prompter)

@@ -124,6 +124,10 @@ def program_bytes(compiled: jax.stages.Compiled, batch_bytes: int) -> int | None
     return int(analysis.temp_size_in_bytes + new_outputs + analysis.generated_code_size_in_bytes + batch_bytes)
 
 
+def _batch_key(batch) -> tuple:
+    return tuple((tuple(leaf.shape), str(leaf.dtype)) for leaf in jax.tree.leaves(batch))
+
+
 def _describe(batch) -> str:
     shapes = sorted({tuple(leaf.shape[1:]) for leaf in jax.tree.leaves(batch) if leaf.ndim > 1})
     return "lengths " + "/".join(str(s[0]) for s in shapes) if shapes else "no token axes"
@@ -184,6 +188,7 @@ class StepProgram:
         self.jit_kwargs = jit_kwargs  # in_shardings, out_shardings, donate_argnums
         self.layouts: dict[tuple, Layout] = {}
         self._jitted: dict[int, Callable] = {}
+        self._compiled: dict[tuple, jax.stages.Compiled] = {}  # (batch shape, count): what "auto" compiled
 
     def jitted(self, count: int) -> "FrozenApart":
         """The step jitted for ``count`` micro-batches (named as the step)."""
@@ -200,10 +205,19 @@ class StepProgram:
         """The step lowered for ``args`` (arrays or ``ShapeDtypeStruct``s) in its chosen layout."""
         return self.jitted(self.layout(*args).count).lower(*args)
 
+    def compile(self, *args) -> jax.stages.Compiled:
+        """The step compiled for ``args`` (arrays or ``ShapeDtypeStruct``s) in its chosen layout,
+        without compiling again what choosing the layout compiled."""
+        count = self.layout(*args).count
+        key = (_batch_key(args[-1]), count)
+        if key not in self._compiled:
+            self._compiled[key] = self.jitted(count).lower(*args).compile()
+        return self._compiled[key]
+
     def layout(self, *args) -> Layout:
         """The layout of ``args``' batch shape: chosen (and compiled, for "auto") on first sight."""
         batch = args[-1]
-        key = tuple((tuple(leaf.shape), str(leaf.dtype)) for leaf in jax.tree.leaves(batch))
+        key = _batch_key(batch)
         if key not in self.layouts:
             self.layouts[key] = self._choose(args)
             chosen = self.layouts[key]
@@ -241,7 +255,10 @@ class StepProgram:
 
         def need(size: int) -> int | None:
             if size not in needs:
-                needs[size] = program_bytes(self.jitted(rows // size).lower(*args).compile(), batch_bytes)
+                compiled = self.jitted(rows // size).lower(*args).compile()
+                if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in leaves):
+                    self._compiled[(_batch_key(args[-1]), rows // size)] = compiled  # a plan's: kept for compile()
+                needs[size] = program_bytes(compiled, batch_bytes)
             return needs[size]
 
         def fits(size: int) -> bool:

@@ -28,7 +28,7 @@ from archer_jax.learners.actor import Actor
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import DoubleCritic
 from archer_jax.learners.micro_batching import AUTO, StepProgram
-from archer_jax.learners.programs import abstract, compile_step
+from archer_jax.learners.programs import abstract, compile_step, is_abstract
 from archer_jax.learners.train_state import TrainState
 from archer_jax.models.tokenizer import Tokens
 from archer_jax.precision import traced_with
@@ -64,7 +64,8 @@ class Networks:
         self._frozen_shardings = self._frozen = None
         if frozen is not None:
             self._frozen_shardings = shd.state_shardings(frozen, self.mesh, rules)
-            self._frozen = jax.device_put(_host_values(frozen), self._frozen_shardings)
+            self._frozen = (abstract(frozen, self._frozen_shardings) if is_abstract(frozen)
+                            else jax.device_put(_host_values(frozen), self._frozen_shardings))
         self.has_critic = critic is not None
         self.critic_graphdef = self._critic_params = None
         if critic is not None:  # filtered BC and most PPO runs train the actor alone

@@ -42,3 +42,8 @@ def abstract(tree, shardings):
         return place(shardings, tree)
     # The shardings' tree is a prefix of ``tree``'s (a sharding per parameter, whatever wraps it).
     return jax.tree.map(place, shardings, tree, is_leaf=lambda x: x is None or isinstance(x, jax.sharding.Sharding))
+
+
+def is_abstract(tree) -> bool:
+    """Whether ``tree`` holds shapes rather than arrays (a module built under ``nnx.eval_shape``)."""
+    return any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(tree))

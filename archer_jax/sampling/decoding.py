@@ -445,7 +445,14 @@ class Decoder:
         self.matmul_precision = matmul_precision
         self.pad_id = int(pad_id)
         self.param_shardings = shd.state_shardings(state, self.mesh, rules)
-        self.model_state = jax.device_put(state, self.param_shardings)
+        if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(state)):
+            # A model built under nnx.eval_shape (no weights): its programs lower and compile (lower())
+            # for devices that hold nothing, such as a TPU topology's; they cannot run.
+            self.model_state = jax.tree.map(
+                lambda s, variable: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), variable),
+                self.param_shardings, state, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
+        else:
+            self.model_state = jax.device_put(state, self.param_shardings)
         self._host_stop_table = stop_table
         self._programs: dict = {}
         self._stop_tables: dict = {}

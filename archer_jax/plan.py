@@ -1,0 +1,306 @@
+"""Will it fit, and how fast? Every program of one iteration of a run, compiled for a TPU slice
+(or this machine's devices) from the config alone, before you pay for the slice.
+
+    python -m archer_jax.plan --config=configs/20q.py --target=v5litepod-8
+    python -m archer_jax.plan --config=configs/20q_llm.py --target=v4-32 --json plan.json
+    python -m archer_jax.plan --config=configs/20q.py:tiny --target=local
+
+No weights are read and nothing is downloaded: the models' shapes come from their ``config.json``
+(copies of the paper's models ship with the package). The run's mesh and sharding rules are built
+on the target's devices and each program is compiled by XLA for that chip (libtpu's compiler,
+from the ``tpu`` extra; it runs on any host): the sampler's prefill and decode for the rollouts,
+the evaluations and each step's ``a_π``, and the agent's own learner steps, built by the same code
+as in a run (:mod:`archer_jax.plan_parts`), with ``learner.micro_batch_size="auto"`` chosen from
+the target's memory. For each program it prints the compiler's memory per chip (arguments,
+temporaries, outputs, and the peak with every state the run holds resident) against the chip's
+HBM, its FLOPs and bytes, a roofline time (the larger of FLOPs / peak FLOP/s and bytes / HBM
+bandwidth: a lower bound; a ``while`` loop's body is counted once by XLA, so decode and
+micro-batch loops are multiplied by their trip counts here), its compile time and its count per
+iteration; then the projected time of an iteration and of the run. A program that does not fit
+ends the command with one line naming it (exit status 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+from absl import app, flags
+
+from archer_jax import agents, targets
+from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
+from archer_jax.learners.micro_batching import StepProgram, size_text
+from archer_jax.learners.ppo import PPOBatch
+from archer_jax.models.tokenizer import Tokens
+from archer_jax.plan_parts import PlanParts
+from archer_jax.sampling.decoding import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class ProgramPlan:
+    """One compiled program: its memory per chip, cost, roofline time and count per iteration."""
+
+    name: str
+    shape: str  # what it was compiled for (rows, lengths, micro-batches)
+    per_iteration: float  # calls per iteration (averaged over the run)
+    argument_bytes: int = 0
+    temp_bytes: int = 0
+    output_bytes: int = 0
+    alias_bytes: int = 0
+    code_bytes: int = 0
+    peak_bytes: int = 0  # with the run's other resident states
+    flops: float = 0.0  # per chip, per call (loops multiplied out)
+    bytes_accessed: float = 0.0
+    roofline_s: float | None = None
+    compile_s: float = 0.0
+    fits: bool | None = None
+    error: str | None = None
+
+
+@dataclasses.dataclass
+class Plan:
+    """A run's programs on a target, and the projected iteration and run times."""
+
+    config: str
+    target: str
+    chip: str | None
+    hbm_bytes: int | None
+    devices: int
+    hosts: int
+    mesh: dict
+    resident_bytes: int  # per chip: the states a run keeps on device (parameters, optimizer, target)
+    programs: list[ProgramPlan]
+    iteration_s: float | None = None
+    run_hours: float | None = None
+    bound_by: str | None = None
+
+    def not_fitting(self) -> list[ProgramPlan]:
+        return [p for p in self.programs if p.fits is False]
+
+
+def _shard_bytes(tree) -> int:
+    """Bytes of one device's shard of every abstract array in ``tree``."""
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        if not hasattr(leaf, "shape") or jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            continue
+        shape = leaf.sharding.shard_shape(leaf.shape) if getattr(leaf, "sharding", None) is not None else leaf.shape
+        total += math.prod(shape) * jnp.dtype(leaf.dtype).itemsize
+    return total
+
+
+def _tokens(rows: int, length: int, sharding) -> Tokens:
+    leaf = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sharding)
+    return Tokens(leaf, leaf)
+
+
+def step_inputs(name: str, agent, parts: PlanParts, rows: int) -> tuple:
+    """The abstract arguments of the agent's step ``name`` at ``rows`` transitions, at the run's
+    longest token buckets."""
+    n = parts.networks
+    tok = n.batch_sharding(2)
+    obs, act, crit = (_tokens(rows, parts.max_prompt_length, tok), _tokens(rows, parts.action_length, tok),
+                      _tokens(rows, parts.max_critic_length, tok))
+    crit_act = _tokens(rows, parts.action_length, tok)
+    vector = jax.ShapeDtypeStruct((rows,), jnp.float32, sharding=n.batch_sharding(1))
+    per_token = jax.ShapeDtypeStruct((rows, parts.action_length), jnp.float32, sharding=tok)
+    actor = n.abstract_actor(agent.actor_tx, agent.actor_target)
+    if name == "critic_step":
+        return n.abstract_critic(agent.critic_tx), CriticBatch(crit, crit_act, crit, crit_act, vector, vector)
+    if name == "actor_step":
+        return actor, n.abstract_critic(agent.critic_tx).params, ActorBatch(obs, act, crit, crit_act)
+    if name == "bc_step":
+        return actor, BCBatch(obs, act)
+    if name == "ppo_step":
+        return actor, PPOBatch(obs, act, *(per_token,) * 5)
+    raise KeyError(f"no abstract inputs for the step {name!r}")
+
+
+def _counts(c, agent_config, parts: PlanParts) -> dict[str, float]:
+    """Calls per iteration of each learner step, averaged over the run's iterations."""
+    critic = getattr(agent_config, "critic_steps", 0)
+    warm = min(getattr(agent_config, "warmup_iter", 0), c.iterations)
+    actor = getattr(agent_config, "actor_steps", 0) * (c.iterations - warm) / c.iterations
+    counts = {"critic_step": critic, "actor_step": actor, "bc_step": getattr(agent_config, "bc_steps", 0)}
+    ppo = getattr(agent_config, "ppo", None)
+    if ppo is not None:  # epochs over the rollout's transitions (at most max_turns per dialogue)
+        counts["ppo_step"] = ppo.epochs * math.ceil(c.rollout_size * c.env.max_turns / parts.batch)
+    return counts
+
+
+def _analyse(program: ProgramPlan, compiled, chip: targets.Chip | None, resident: int, state_bytes: int,
+             loops: int) -> None:
+    memory = compiled.memory_analysis()
+    if memory is not None:
+        program.argument_bytes = int(memory.argument_size_in_bytes)
+        program.temp_bytes = int(memory.temp_size_in_bytes)
+        program.output_bytes = int(memory.output_size_in_bytes)
+        program.alias_bytes = int(memory.alias_size_in_bytes)
+        program.code_bytes = int(memory.generated_code_size_in_bytes)
+        new_outputs = max(0, program.output_bytes - program.alias_bytes)
+        program.peak_bytes = (max(0, resident - state_bytes) + program.argument_bytes + program.temp_bytes + new_outputs
+                              + program.code_bytes)
+    costs = compiled.cost_analysis()
+    costs = costs[0] if isinstance(costs, list) else costs
+    if costs:
+        program.flops = float(costs.get("flops", 0.0)) * loops
+        program.bytes_accessed = float(costs.get("bytes accessed", 0.0)) * loops
+    if chip is not None:
+        program.roofline_s = max(program.flops / chip.peak_flops, program.bytes_accessed / chip.hbm_bandwidth)
+        program.fits = program.peak_bytes <= chip.hbm_bytes if memory is not None else None
+
+
+def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str = "") -> Plan:
+    """Compiles every program of one iteration of ``config`` (validated) for ``target``."""
+    agent_class = agents.get(config.agent)
+    agent_config = agent_class.config_of(config)
+    parts = PlanParts(config, target.devices(), workdir, agent_class.networks_for(agent_config))
+    agent = agent_class(parts, agent_config)
+    c, chip = config, target.chip
+    resident = _shard_bytes(parts.networks.abstract_actor(agent.actor_tx, agent.actor_target))
+    if agent.critic_tx is not None:
+        resident += _shard_bytes(parts.networks.abstract_critic(agent.critic_tx))
+    programs: list[ProgramPlan] = []
+
+    # The learner steps, micro-batched by the target's memory as a run does by its device's.
+    counts = _counts(c, agent_config, parts)
+    steps = {name: p for name, p in vars(agent).items() if isinstance(p, StepProgram)}
+    for name, step in steps.items():
+        if chip is not None and target.is_tpu:
+            step.free_bytes = lambda devices: chip.hbm_bytes - resident
+        args = step_inputs(name, agent, parts, parts.batch)
+        program = ProgramPlan(name, "", counts.get(name, 0))
+        start = time.perf_counter()
+        try:
+            layout = step.layout(*args)
+            compiled = step.compile(*args)
+        except Exception as e:  # noqa: BLE001 (a step that does not fit, or that XLA refuses: reported)
+            program.compile_s, program.fits, program.error = time.perf_counter() - start, False, str(e).splitlines()[0]
+            programs.append(program)
+            continue
+        program.compile_s = time.perf_counter() - start
+        program.shape = (f"{parts.batch} rows in {layout.count} x {layout.size}; lengths "
+                         f"{parts.max_prompt_length}/{parts.max_critic_length}/{parts.action_length}")
+        _analyse(program, compiled, chip, resident, _shard_bytes(args[:-1]), layout.count)
+        programs.append(program)
+
+    # The sampler: each host plays its share of the games on its own devices.
+    sampling = SamplingParams(**c.sampling)
+    decoder, hosts = parts.decoder, parts.hosts
+    uses = [("rollout", c.rollout_size, c.env.max_turns)]
+    if c.eval_size:
+        uses.append(("eval", c.eval_size, c.env.max_turns / max(c.eval_freq, 1) if c.eval_freq else 0))
+    if agent.critic_tx is not None and counts["critic_step"] + counts["actor_step"]:
+        uses.append(("a_pi", parts.batch, counts["critic_step"] + counts["actor_step"]))
+    policy_bytes = _shard_bytes(decoder.model_state)
+    for use, games, calls in uses:
+        rows = decoder.batch_bucket(math.ceil(games / hosts))
+        start = time.perf_counter()
+        prefill, decode = decoder.lower(sampling, rows, parts.max_prompt_length)
+        for name, lowered, loops in (("prefill", prefill, 1), ("decode", decode, sampling.max_new_tokens)):
+            program = ProgramPlan(f"{use} {name}", f"{rows} rows x {parts.max_prompt_length}+{sampling.max_new_tokens} "
+                                  f"tokens per host", calls)
+            compiled = lowered.compile()
+            program.compile_s = time.perf_counter() - start
+            start = time.perf_counter()
+            _analyse(program, compiled, chip, resident, policy_bytes, loops)
+            programs.append(program)
+
+    plan = Plan(config_name, target.name, chip.name if chip else None, chip.hbm_bytes if chip else None,
+                parts.mesh.devices.size, parts.hosts, dict(parts.mesh.shape), resident, programs)
+    if chip is not None and all(p.roofline_s is not None for p in programs):
+        times = {p.name: p.per_iteration * p.roofline_s for p in programs}
+        plan.iteration_s = sum(times.values())
+        plan.bound_by = max(times, key=times.get)
+        plan.run_hours = plan.iteration_s * c.iterations / 3600
+    return plan
+
+
+def table(plan: Plan) -> str:
+    """The plan as a text table, with the iteration's projection under it."""
+    hbm = f" of {size_text(plan.hbm_bytes)} HBM" if plan.hbm_bytes else ""
+    lines = [f"{plan.config} on {plan.target} ({plan.chip or 'device figures unknown'}{hbm} per chip; "
+             f"{plan.devices} chips, {plan.hosts} host{'s' if plan.hosts > 1 else ''}; mesh "
+             + " ".join(f"{k}={v}" for k, v in plan.mesh.items()) + f"); resident states {size_text(plan.resident_bytes)} per chip",
+             f"{'program':<16} {'args':>10} {'temp':>10} {'peak':>10} {'fits':>5} {'GFLOP':>9} {'GB':>8} "
+             f"{'roofline':>10} {'x/iter':>7} {'compile':>8}  shape"]
+    for p in plan.programs:
+        fits = {True: "yes", False: "NO", None: "?"}[p.fits]
+        roof = f"{p.roofline_s * 1e3:.2f} ms" if p.roofline_s is not None else "-"
+        lines.append(f"{p.name:<16} {size_text(p.argument_bytes):>10} {size_text(p.temp_bytes):>10} "
+                     f"{size_text(p.peak_bytes):>10} {fits:>5} {p.flops / 1e9:>9.1f} {p.bytes_accessed / 1e9:>8.2f} "
+                     f"{roof:>10} {p.per_iteration:>7.2f} {p.compile_s:>7.1f}s  {p.error or p.shape}")
+    if plan.iteration_s is not None:
+        lines.append(f"planned iteration (roofline, a lower bound): {plan.iteration_s:.2f} s, bound by {plan.bound_by}; "
+                     f"the run: {plan.run_hours:.1f} h")
+    return "\n".join(lines)
+
+
+def not_fitting_line(plan: Plan) -> str | None:
+    """The one-line error of a plan with a program that does not fit (None: everything fits)."""
+    bad = plan.not_fitting()
+    if not bad:
+        return None
+    p = bad[0]
+    if p.error:
+        return f"error: {p.name} does not compile for {plan.target}: {p.error}"
+    return (f"error: {p.name} needs {size_text(p.peak_bytes)} per chip on {plan.target}, which has "
+            f"{size_text(plan.hbm_bytes)}: set config.model.remat=full, a smaller config.learner.micro_batch_size, "
+            f"or shard more (config.mesh.fsdp=-1, config.mesh.tensor)")
+
+
+_TARGET = flags.DEFINE_string("target", "local", "The accelerator: a TPU type as gcloud names it (v5litepod-8, "
+                              "v4-32, v5p-8, v6e-8, ...) or local (this machine's devices).")
+_JSON = flags.DEFINE_string("json", None, "Also write the plan as JSON to this path.")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    from archer_jax.config import validate
+    from archer_jax.errors import ConfigError
+    from archer_jax.run import cli
+
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    try:
+        config = cli._CONFIG.value
+        config.keys()
+        validate(config)
+        target = targets.get(_TARGET.value)
+    except (OSError, ConfigError, targets.TargetError) as e:
+        sys.exit(f"error: {cli._last_line(e)}")
+    with tempfile.TemporaryDirectory() as workdir:  # tiny models are built here (nothing else is written)
+        try:
+            plan = plan_run(config, target, Path(workdir), config_name=flags.FLAGS["config"].serialize().split("=", 1)[-1])
+        except ConfigError as e:
+            sys.exit(f"error: {e}")
+    print(table(plan))
+    if _JSON.value:
+        Path(_JSON.value).write_text(json.dumps(dataclasses.asdict(plan), indent=2) + "\n")
+    line = not_fitting_line(plan)
+    if line:
+        sys.exit(line)
+
+
+def run() -> None:
+    """The entry point (``python -m archer_jax.plan``)."""
+    from archer_jax.run import cli
+    from archer_jax.xla_flags import quiet_tpu_probe, set_default_flags
+
+    set_default_flags()
+    quiet_tpu_probe()
+    flags.mark_flag_as_required("config")
+    app.run(main, flags_parser=cli.parse_flags)
+
+
+if __name__ == "__main__":
+    run()
