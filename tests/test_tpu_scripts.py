@@ -25,7 +25,7 @@ TPU_VM = ["gcloud", "compute", "tpus", "tpu-vm"]
 CASES = {
     "create.sh": ["--type", "v4-32", "--spot"],
     "setup.sh": ["--bucket", "gs://my-bucket/runs"],
-    "launch.sh": ["--config", "configs/20q.py", "--workdir", "/mnt/my-bucket/runs/20q", "--",
+    "launch.sh": ["--config", "configs/20q.py", "--workdir", "/mnt/my-bucket/runs/20q", "--type", "v4-32", "--",
                   "--config.learner.critic_lr=2e-5", "--config.wandb_project=it's mine"],
     "logs.sh": ["--follow", "--lines", "50"],
     "sync.sh": ["--workdir", "~/runs/20q", "--to", "gs://my-bucket/runs/20q"],
@@ -70,7 +70,8 @@ def test_dry_runs_print_the_gcloud_commands():
     assert '~/archer_jax_venv/bin/python -m pip install -q -e ~/archer_jax "jax[tpu]"' in install[-1]
     assert "gcsfuse --implicit-dirs my-bucket /mnt/my-bucket" in mount[-1] and "--worker=all" in mount
 
-    (launch,) = dry_run("launch.sh", *CASES["launch.sh"])
+    plan, launch = dry_run("launch.sh", *CASES["launch.sh"])
+    assert plan[:6] == [*TPU_VM, "ssh", "archer"] and "--worker=0" in plan
     assert launch[:6] == [*TPU_VM, "ssh", "archer"] and "--worker=all" in launch
     remote = launch[-1].removeprefix("--command=")
     words = shlex.split(remote.split("nohup ", 1)[1].split(" >> ")[0])
@@ -92,19 +93,97 @@ def test_dry_runs_print_the_gcloud_commands():
     assert stop[:6] == [*TPU_VM, "ssh", "archer"] and "--worker=all" in stop and "kill -TERM" in stop[-1]
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_gcloud_receives_what_the_dry_run_printed(name, tmp_path):
+def fake_tools(tmp_path: Path, gcloud_then: str = "") -> tuple[dict, Path]:
+    """Fake gcloud and git that record their arguments (one block per call) in tmp_path/calls; the
+    fake gcloud then runs ``gcloud_then`` (its answer, its exit status). Returns (env, calls)."""
     calls = tmp_path / "calls"
-    for tool in ("gcloud", "git"):  # fakes that record their arguments, one call per block
+    for tool in ("gcloud", "git"):
         fake = tmp_path / "bin" / tool
         fake.parent.mkdir(exist_ok=True)
-        fake.write_text(f'#!/usr/bin/env bash\n{{ echo {tool}; printf "%s\\n" "$@"; echo "--end--"; }} >> "{calls}"\n')
+        then = gcloud_then if tool == "gcloud" else ""
+        fake.write_text(f'#!/usr/bin/env bash\n{{ echo {tool}; printf "%s\\n" "$@"; echo "--end--"; }} >> "{calls}"\n{then}\n')
         fake.chmod(0o755)
-    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    return {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}, calls
+
+
+def received(calls: Path) -> list[list[str]]:
+    if not calls.exists():
+        return []
+    return [block.strip("\n").split("\n") for block in calls.read_text().split("--end--\n") if block.strip()]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gcloud_receives_what_the_dry_run_printed(name, tmp_path):
+    env, calls = fake_tools(tmp_path)
     done = script(name, *CASES[name], env=env)
     assert done.returncode == 0, done.stderr
-    received = [block.strip("\n").split("\n") for block in calls.read_text().split("--end--\n") if block.strip()]
-    assert received == dry_run(name, *CASES[name])
+    assert received(calls) == dry_run(name, *CASES[name])
+
+
+# ---- launch.sh runs the plan first -------------------------------------------------------------
+
+LAUNCH = ["--config", "configs/20q_llm.py:paper", "--workdir", "/mnt/b/runs/llm"]
+TRAIN_FLAGS = ["--", "--config.learner.critic_lr=2e-5", "--config.seed", "3", "--config.wandb_project=it's mine",
+               "--alsologtostderr"]
+
+
+def plan_words(call: list[str]) -> list[str]:
+    """The plan command line of launch.sh's ssh call to worker 0."""
+    remote = call[-1].removeprefix("--command=")
+    assert remote.startswith("cd ~/archer_jax || exit 2; ")
+    return shlex.split(remote.removeprefix("cd ~/archer_jax || exit 2; "))
+
+
+def test_launch_dry_run_shows_the_plan_on_worker_0_with_the_config_flags():
+    plan, launch = dry_run("launch.sh", *LAUNCH, "--type", "v5litepod-8", *TRAIN_FLAGS)
+    assert plan[:6] == [*TPU_VM, "ssh", "archer"] and "--worker=0" in plan and "--zone=us-central2-b" in plan
+    assert plan_words(plan) == ["~/archer_jax_venv/bin/python", "-m", "archer_jax.plan",
+                                "--config=configs/20q_llm.py:paper", "--target=v5litepod-8",
+                                "--config.learner.critic_lr=2e-5", "--config.seed", "3",
+                                "--config.wandb_project=it's mine"]
+    assert "--worker=all" in launch and "archer_jax.train" in launch[-1] and "--alsologtostderr" in launch[-1]
+
+
+def test_launch_dry_run_asks_gcloud_for_the_accelerator_type():
+    describe, plan, launch = dry_run("launch.sh", *LAUNCH, "--project", "my-project")
+    assert describe == [*TPU_VM, "describe", "archer", "--zone=us-central2-b", "--project=my-project",
+                        "--format=value(acceleratorType)"]
+    assert plan_words(plan)[:5] == ["~/archer_jax_venv/bin/python", "-m", "archer_jax.plan",
+                                    "--config=configs/20q_llm.py:paper", "--target=<acceleratorType of archer>"]
+    assert "--worker=all" in launch
+
+
+def test_launch_skip_plan_leaves_the_plan_out():
+    (launch,) = dry_run("launch.sh", *LAUNCH, "--skip-plan", *TRAIN_FLAGS)
+    assert "--worker=all" in launch and "archer_jax.plan" not in launch[-1]
+    assert "archer_jax.train" in launch[-1]
+
+
+def test_launch_plans_for_the_type_gcloud_describes(tmp_path):
+    env, calls = fake_tools(tmp_path, 'if [[ "$4" == describe ]]; then echo v5litepod-8; fi')
+    done = script("launch.sh", *LAUNCH, *TRAIN_FLAGS, env=env)
+    assert done.returncode == 0, done.stderr
+    describe, plan, launch = received(calls)
+    assert describe[:6] == ["gcloud", *TPU_VM[1:], "describe", "archer"]
+    assert "--target=v5litepod-8" in plan_words(plan) and "--worker=0" in plan
+    assert "--worker=all" in launch and "archer_jax.train" in launch[-1]
+    assert "planning configs/20q_llm.py:paper for v5litepod-8 on worker 0" in done.stderr
+
+
+@pytest.mark.parametrize("status, code, message", [
+    (1, 1, "error: the plan says this config does not fit v4-32: see above; --skip-plan launches anyway"),
+    (255, 2, "error: the plan did not finish on worker 0 (exit status 255): see above; --skip-plan launches anyway"),
+])
+def test_launch_stops_when_the_plan_fails(tmp_path, status, code, message):
+    env, calls = fake_tools(tmp_path, f'if [[ "$*" == *archer_jax.plan* ]]; then exit {status}; fi')
+    done = script("launch.sh", *LAUNCH, "--type", "v4-32", *TRAIN_FLAGS, env=env)
+    assert done.returncode == code and done.stdout == ""
+    assert done.stderr.strip().splitlines()[-1] == message
+    (plan,) = received(calls)  # the trainers were not started
+    assert "archer_jax.plan" in plan[-1]
+    skipped = script("launch.sh", *LAUNCH, "--type", "v4-32", "--skip-plan", *TRAIN_FLAGS, env=env)
+    assert skipped.returncode == 0, skipped.stderr
+    assert "archer_jax.train" in received(calls)[-1][-1]
 
 
 @pytest.mark.parametrize("name, args, message", [
@@ -152,7 +231,7 @@ def test_launch_appends_refuses_a_running_trainer_and_stop_ends_it(tmp_path):
     trainer.chmod(0o755)
     log = tmp_path / "archer_jax_train.log"
     log.write_text("an earlier run's lines\n")
-    launch = remote_command("launch.sh", "--config", "configs/20q.py", "--workdir", "/mnt/b/runs/20q")
+    launch = remote_command("launch.sh", "--config", "configs/20q.py", "--workdir", "/mnt/b/runs/20q", "--skip-plan")
     stop = remote_command("stop.sh")
     try:
         first = on_worker(launch, tmp_path)

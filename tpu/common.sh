@@ -86,3 +86,20 @@ ssh_workers() {
   mapfile -t location < <(where)
   run gcloud compute tpus tpu-vm ssh "$NAME" "${location[@]}" "--worker=$worker" "--command=$command"
 }
+
+# The accelerator type of the VM or slice (v4-32, v5litepod-8, ...), as gcloud describes it, into
+# ACCELERATOR_TYPE. With --dry-run the describe command is printed instead and ACCELERATOR_TYPE
+# names what it would give.
+accelerator_type() {
+  local location describe
+  mapfile -t location < <(where)
+  describe=(gcloud compute tpus tpu-vm describe "$NAME" "${location[@]}" "--format=value(acceleratorType)")
+  if ((DRY_RUN)); then
+    quote_all "${describe[@]}"
+    echo
+    ACCELERATOR_TYPE="<acceleratorType of $NAME>"
+    return
+  fi
+  ACCELERATOR_TYPE="$("${describe[@]}")" || die "cannot describe $NAME in $ZONE: see above"
+  [[ -n "$ACCELERATOR_TYPE" ]] || die "gcloud describes $NAME in $ZONE without an acceleratorType"
+}
