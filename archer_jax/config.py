@@ -239,7 +239,7 @@ def renamed(key: str) -> str | None:
     return None
 
 
-def _check_model(key: str, name: str, kinds: tuple[str, ...]) -> None:
+def _check_model(key: str, name: str, kinds: tuple[str, ...], weights: bool = True) -> None:
     """A tiny model of a kind in ``kinds``, an existing HF-format directory, or (offline) a cached hub name.
 
     A name that exists on disk is a local directory, whatever it looks like (``models/mygpt2``);
@@ -258,7 +258,7 @@ def _check_model(key: str, name: str, kinds: tuple[str, ...]) -> None:
             raise ConfigError(f"config.{key}: {name} has no config.json (not a Hugging Face model directory)")
     elif hub.looks_like_path(name):
         raise ConfigError(f"config.{key}: model directory {name} does not exist")
-    elif hub.is_offline():  # a hub name must already be cached (online, the loader downloads it)
+    elif weights and hub.is_offline():  # a hub name must already be cached (online, the loader downloads it)
         try:
             hub.resolve(name)
         except hub.ModelLoadError as e:
@@ -347,8 +347,9 @@ def _check_int_bounds(given: dict) -> None:
             raise ConfigError(f"config.{key}: must be < 2**31 ({MAX_INT}), got {value}")
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
-    """Raises :class:`ConfigError` (one line, naming the key) unless ``config`` can be trained."""
+def validate(config: ml_collections.ConfigDict, *, weights: bool = True) -> None:
+    """Raises :class:`ConfigError` (one line, naming the key) unless ``config`` can be trained
+    (``weights=False``: a hub name need not be cached while offline; a plan reads only its shapes)."""
     given = _check_keys(config)
     c = config
 
@@ -362,7 +363,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_micro_batch_size(c)
     _check_data(c)
     _check_rollout_groups(c, given)
-    _check_model("model.policy", c.model.policy, CAUSAL_KINDS)
+    _check_model("model.policy", c.model.policy, CAUSAL_KINDS, weights)
     if agents.get(c.agent).networks_for(agent_config).critic:
-        _check_model("model.critic", c.model.critic, ("roberta",))
+        _check_model("model.critic", c.model.critic, ("roberta",), weights)
     envs.check_options(c.env.name, c)

@@ -26,6 +26,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 import sys
 import tempfile
 import time
@@ -34,6 +35,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 from absl import app, flags
+from jax._src import xla_bridge
 
 from archer_jax import agents, targets
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
@@ -65,6 +67,7 @@ class ProgramPlan:
     compile_s: float = 0.0
     fits: bool | None = None
     error: str | None = None
+    collectives: dict[str, int] = dataclasses.field(default_factory=dict)  # the HLO's cross-chip ops, by kind
 
 
 @dataclasses.dataclass
@@ -138,8 +141,13 @@ def _counts(c, agent_config, parts: PlanParts) -> dict[str, float]:
     return counts
 
 
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+
 def _analyse(program: ProgramPlan, compiled, chip: targets.Chip | None, resident: int, state_bytes: int,
              loops: int) -> None:
+    text = compiled.as_text() or ""
+    program.collectives = {op: n for op in COLLECTIVES if (n := len(re.findall(rf"\b{op}(?:-start)?\(", text)))}
     memory = compiled.memory_analysis()
     if memory is not None:
         program.argument_bytes = int(memory.argument_size_in_bytes)
@@ -160,8 +168,10 @@ def _analyse(program: ProgramPlan, compiled, chip: targets.Chip | None, resident
         program.fits = program.peak_bytes <= chip.hbm_bytes if memory is not None else None
 
 
-def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str = "") -> Plan:
-    """Compiles every program of one iteration of ``config`` (validated) for ``target``."""
+def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str = "",
+             only: set[str] | None = None) -> Plan:
+    """Compiles every program of one iteration of ``config`` (validated) for ``target`` (``only``:
+    the programs of these names, e.g. ``{"critic_step", "rollout"}``)."""
     agent_class = agents.get(config.agent)
     agent_config = agent_class.config_of(config)
     parts = PlanParts(config, target.devices(), workdir, agent_class.networks_for(agent_config))
@@ -171,10 +181,15 @@ def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str 
     if agent.critic_tx is not None:
         resident += _shard_bytes(parts.networks.abstract_critic(agent.critic_tx))
     programs: list[ProgramPlan] = []
+    if chip is not None and resident > chip.hbm_bytes:  # nothing to compile: the states alone do not fit
+        programs.append(ProgramPlan("states", "parameters, optimizer state and targets, per chip", 0,
+                                    argument_bytes=resident, peak_bytes=resident, fits=False))
+        return Plan(config_name, target.name, chip.name, chip.hbm_bytes, parts.mesh.devices.size, parts.hosts,
+                    dict(parts.mesh.shape), resident, programs)
 
     # The learner steps, micro-batched by the target's memory as a run does by its device's.
     counts = _counts(c, agent_config, parts)
-    steps = {name: p for name, p in vars(agent).items() if isinstance(p, StepProgram)}
+    steps = {name: p for name, p in vars(agent).items() if isinstance(p, StepProgram) and (only is None or name in only)}
     for name, step in steps.items():
         if chip is not None and target.is_tpu:
             step.free_bytes = lambda devices: chip.hbm_bytes - resident
@@ -202,6 +217,7 @@ def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str 
         uses.append(("eval", c.eval_size, c.env.max_turns / max(c.eval_freq, 1) if c.eval_freq else 0))
     if agent.critic_tx is not None and counts["critic_step"] + counts["actor_step"]:
         uses.append(("a_pi", parts.batch, counts["critic_step"] + counts["actor_step"]))
+    uses = [use for use in uses if only is None or use[0] in only]
     policy_bytes = _shard_bytes(decoder.model_state)
     for use, games, calls in uses:
         rows = decoder.batch_bucket(math.ceil(games / hosts))
@@ -254,6 +270,10 @@ def not_fitting_line(plan: Plan) -> str | None:
     p = bad[0]
     if p.error:
         return f"error: {p.name} does not compile for {plan.target}: {p.error}"
+    if p.name == "states":
+        return (f"error: the run's states need {size_text(p.peak_bytes)} per chip on {plan.target}, which has "
+                f"{size_text(plan.hbm_bytes)}: shard them over more chips (config.mesh.fsdp=-1 on a larger slice) "
+                f"or train LoRA adapters (config.model.lora.rank)")
     return (f"error: {p.name} needs {size_text(p.peak_bytes)} per chip on {plan.target}, which has "
             f"{size_text(plan.hbm_bytes)}: set config.model.remat=full, a smaller config.learner.micro_batch_size, "
             f"or shard more (config.mesh.fsdp=-1, config.mesh.tensor)")
@@ -274,10 +294,14 @@ def main(argv: list[str]) -> None:
     try:
         config = cli._CONFIG.value
         config.keys()
-        validate(config)
+        validate(config, weights=False)
         target = targets.get(_TARGET.value)
     except (OSError, ConfigError, targets.TargetError) as e:
         sys.exit(f"error: {cli._last_line(e)}")
+    if target.is_tpu and not xla_bridge.backends_are_initialized():
+        # Compiling for a slice needs no local accelerator: on a TPU VM of a pod slice, a local TPU
+        # backend would wait for the other hosts. This process computes nothing on its own devices.
+        jax.config.update("jax_platforms", "cpu")
     with tempfile.TemporaryDirectory() as workdir:  # tiny models are built here (nothing else is written)
         try:
             plan = plan_run(config, target, Path(workdir), config_name=flags.FLAGS["config"].serialize().split("=", 1)[-1])

@@ -95,8 +95,9 @@ def _quiet_libtpu(accelerator_type: str) -> None:
     from archer_jax.xla_flags import tpu_attached
 
     if not tpu_attached():
+        # ALLOW_MULTIPLE_LIBTPU_LOAD: compiling only, several processes may load libtpu at once.
         for key, value in (("TPU_ACCELERATOR_TYPE", accelerator_type), ("TPU_WORKER_HOSTNAMES", "localhost"),
-                           ("TPU_WORKER_ID", "0")):
+                           ("TPU_WORKER_ID", "0"), ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")):
             os.environ.setdefault(key, value)
 
 
