@@ -37,9 +37,10 @@ CHIPS = {
     "v5e": Chip("TPU v5e", 16 * GiB, 197e12, 0.819e12),
     "v5p": Chip("TPU v5p", 95 * GiB, 459e12, 2.765e12),
     "v6e": Chip("TPU v6e", 32 * GiB, 918e12, 1.64e12),
-    "H100": Chip("NVIDIA H100 SXM", 80 * GiB, 989e12, 3.35e12),
-    "H200": Chip("NVIDIA H200", 141 * GiB, 989e12, 4.8e12),
-    "A100": Chip("NVIDIA A100", 80 * GiB, 312e12, 2.0e12),
+    # GPUs: memory as nvidia-smi reports it (MiB).
+    "H100": Chip("NVIDIA H100 SXM", 81559 * 2**20, 989e12, 3.35e12),
+    "H200": Chip("NVIDIA H200", 143771 * 2**20, 989e12, 4.8e12),
+    "A100": Chip("NVIDIA A100 80GB", 81920 * 2**20, 312e12, 2.0e12),
 }
 
 # gcloud's accelerator type prefix -> (chip, topology name prefix, chips per host on multi-host
