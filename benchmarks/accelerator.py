@@ -42,7 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
-STAGES = ("env", "iteration", "llm_7b", "train_20q_base", "plan_vs_measured", "parity")
+STAGES = ("env", "iteration", "plan_vs_measured", "llm_7b", "train_20q_base", "parity")
 SHARES = dict(env=0.02, iteration=0.28, llm_7b=0.25, train_20q_base=0.22, plan_vs_measured=0.03, parity=0.20)
 MIN_STAGE_S, GRACE_S, TAIL = 60.0, 15.0, 4000
 FLOOR = dict(env=120.0)  # a stage's least timeout (env imports every optional package)
