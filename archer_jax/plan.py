@@ -14,15 +14,18 @@ as in a run (:mod:`archer_jax.plan_parts`), with ``learner.micro_batch_size="aut
 the target's memory. For each program it prints the compiler's memory per chip (arguments,
 temporaries, outputs, and the peak with every state the run holds resident) against the chip's
 HBM, its FLOPs and bytes, a roofline time (the larger of FLOPs / peak FLOP/s and bytes / HBM
-bandwidth: a lower bound; a ``while`` loop's body is counted once by XLA, so decode and
-micro-batch loops are multiplied by their trip counts here), its compile time and its count per
-iteration; then the projected time of an iteration and of the run. A program that does not fit
+bandwidth: a lower bound), its compile time and its count per iteration; then the projected time
+of an iteration and of the run. XLA counts a loop's body once: the decode loop's cost is
+multiplied by its new tokens, and a learner step's FLOPs are counted on its jaxpr
+(:mod:`archer_jax.jaxpr_flops`: scanned layers and micro-batches multiplied out); its bytes are
+XLA's count, a lower bound. A program that does not fit
 ends the command with one line naming it (exit status 1).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -38,6 +41,7 @@ from absl import app, flags
 from jax._src import xla_bridge
 
 from archer_jax import agents, targets
+from archer_jax.jaxpr_flops import matmul_flops
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.micro_batching import StepProgram, size_text
 from archer_jax.learners.ppo import PPOBatch
@@ -145,7 +149,10 @@ COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "coll
 
 
 def _analyse(program: ProgramPlan, compiled, chip: targets.Chip | None, resident: int, state_bytes: int,
-             loops: int) -> None:
+             loops: int, matmul: float | None = None) -> None:
+    """Fills ``program`` from the compiled program. ``loops``: the trip count of the loop XLA counts
+    once; ``matmul``: the program's matmul FLOPs per chip counted on its jaxpr (every loop
+    multiplied out), which then stand for the FLOPs."""
     text = compiled.as_text() or ""
     program.collectives = {op: n for op in COLLECTIVES if (n := len(re.findall(rf"\b{op}(?:-start)?\(", text)))}
     memory = compiled.memory_analysis()
@@ -163,6 +170,8 @@ def _analyse(program: ProgramPlan, compiled, chip: targets.Chip | None, resident
     if costs:
         program.flops = float(costs.get("flops", 0.0)) * loops
         program.bytes_accessed = float(costs.get("bytes accessed", 0.0)) * loops
+        if matmul and matmul > program.flops:  # scanned layers and micro-batches
+            program.flops = matmul
     if chip is not None:
         program.roofline_s = max(program.flops / chip.peak_flops, program.bytes_accessed / chip.hbm_bandwidth)
         program.fits = program.peak_bytes <= chip.hbm_bytes if memory is not None else None
@@ -206,7 +215,8 @@ def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str 
         program.compile_s = time.perf_counter() - start
         program.shape = (f"{parts.batch} rows in {layout.count} x {layout.size}; lengths "
                          f"{parts.max_prompt_length}/{parts.max_critic_length}/{parts.action_length}")
-        _analyse(program, compiled, chip, resident, _shard_bytes(args[:-1]), layout.count)
+        matmul = matmul_flops(functools.partial(step.step, micro_batches=layout.count), *args) / parts.mesh.devices.size
+        _analyse(program, compiled, chip, resident, _shard_bytes(args[:-1]), 1, matmul)
         programs.append(program)
 
     # The sampler: each host plays its share of the games on its own devices.
