@@ -106,6 +106,9 @@ def _local() -> Target:
     devices = jax.devices()
     kind = devices[0].device_kind
     chip = next((c for key, c in CHIPS.items() if key in kind), None)
+    stats = devices[0].memory_stats() or {}
+    if chip is not None and "bytes_limit" in stats:  # what JAX may use here (it keeps a share of a GPU's memory)
+        chip = dataclasses.replace(chip, hbm_bytes=int(stats["bytes_limit"]))
     return Target("local", chip, len(devices), jax.process_count())
 
 
