@@ -24,3 +24,25 @@ def test_batched_contractions_and_abstract_arguments():
     scores = lambda q, k: jnp.einsum("bhqd,bhkd->bhqk", q, k)  # noqa: E731
     q = jax.ShapeDtypeStruct((2, 4, 16, 8), jnp.bfloat16)
     assert matmul_flops(scores, q, q) == 2 * (2 * 4 * 16 * 16) * 8
+
+
+def test_a_scanned_gpt2_forward_counts_every_layer():
+    # 6 layers (scanned: more than SCAN_MIN_LAYERS), counted by hand: per layer the q/k/v and
+    # output projections (4 d^2 per token), the MLP (2 d x 4d), scores and mixing (2 T d each);
+    # then the LM head (d x vocabulary).
+    from flax import nnx
+
+    from archer_jax.models import GPT2LMHeadModel
+    from archer_jax.models.gpt2.model import GPT2Config
+    from archer_jax.models.layers import SCAN_MIN_LAYERS
+
+    layers, d, vocab, batch, length = 6, 32, 100, 2, 16
+    assert layers > SCAN_MIN_LAYERS
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=64, n_embd=d, n_layer=layers, n_head=4),
+                            rngs=nnx.Rngs(0))
+    graphdef, state = nnx.split(model)
+    ids = jnp.ones((batch, length), jnp.int32)
+    forward = lambda s, i: nnx.merge(graphdef, s)(i, jnp.ones_like(i)).logits  # noqa: E731
+    tokens = batch * length
+    per_layer = 2 * tokens * (4 * d * d + 2 * d * 4 * d) + 2 * 2 * batch * length * length * d
+    assert matmul_flops(forward, state, ids) == layers * per_layer + 2 * tokens * d * vocab
