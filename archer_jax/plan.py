@@ -41,13 +41,17 @@ from absl import app, flags
 from jax._src import xla_bridge
 
 from archer_jax import agents, targets
+from archer_jax.config import validate
+from archer_jax.errors import ConfigError
 from archer_jax.jaxpr_flops import matmul_flops
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.micro_batching import StepProgram, size_text
 from archer_jax.learners.ppo import PPOBatch
 from archer_jax.models.tokenizer import Tokens
 from archer_jax.plan_parts import PlanParts
+from archer_jax.run import cli
 from archer_jax.sampling.decoding import SamplingParams
+from archer_jax.xla_flags import quiet_tpu_probe, set_default_flags
 
 log = logging.getLogger(__name__)
 
@@ -296,10 +300,6 @@ _JSON = flags.DEFINE_string("json", None, "Also write the plan as JSON to this p
 
 def main(argv: list[str]) -> None:
     del argv
-    from archer_jax.config import validate
-    from archer_jax.errors import ConfigError
-    from archer_jax.run import cli
-
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:
         config = cli._CONFIG.value
@@ -327,9 +327,6 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     """The entry point (``python -m archer_jax.plan``)."""
-    from archer_jax.run import cli
-    from archer_jax.xla_flags import quiet_tpu_probe, set_default_flags
-
     set_default_flags()
     quiet_tpu_probe()
     flags.mark_flag_as_required("config")

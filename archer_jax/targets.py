@@ -19,6 +19,8 @@ import re
 
 import jax
 
+from archer_jax.xla_flags import tpu_attached
+
 GiB = 2**30
 
 
@@ -93,8 +95,6 @@ class Target:
 def _quiet_libtpu(accelerator_type: str) -> None:
     """On a machine without a TPU, libtpu warns on stderr that it cannot find the VM's TPU: tell
     it what it is compiling for, unless the machine's own settings say otherwise."""
-    from archer_jax.xla_flags import tpu_attached
-
     if not tpu_attached():
         # ALLOW_MULTIPLE_LIBTPU_LOAD: compiling only, several processes may load libtpu at once.
         for key, value in (("TPU_ACCELERATOR_TYPE", accelerator_type), ("TPU_WORKER_HOSTNAMES", "localhost"),

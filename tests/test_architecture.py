@@ -16,15 +16,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 # The package archer_jax.run sits in the lowest layer; its modules each sit in their own, by name (layer()).
 LAYERS = [
     ("archer_jax", "run", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts", "workdir_lock",
-     "hub_names"),
+     "hub_names", "targets", "jaxpr_flops"),
     ("models",),
     ("envs", "learners", "sampling", "replay", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
      "dialogue_rows", "tensorboard_writer", "memory_plan", "history", "prompts", "data"),
-    ("acting", "parts", "parts_config", "rollout", "sft", "model_oracle"),
+    ("acting", "parts", "parts_config", "rollout", "sft", "model_oracle", "plan_parts"),
     ("agents",),
     ("config", "config_docs", "config_changes", "preflight", "handover", "import_official"),
     ("train",),
     ("cli",),
+    ("plan",),
 ]
 MAX_CLASS_LINES = 150
 # Function-local imports of archer_jax modules that stay, as (file under archer_jax/, module): each

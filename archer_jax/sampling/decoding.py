@@ -403,6 +403,17 @@ def prompt_limit(n_positions: int, max_prompt_length: int | None, max_new_tokens
 MIN_PROMPT_BUCKET = 64
 
 
+def _placed_state(state: nnx.State, shardings: nnx.State) -> nnx.State:
+    """The model's parameters on their shardings; a model built under ``nnx.eval_shape`` (no
+    weights) stays shapes with shardings: its programs lower and compile (:meth:`Decoder.lower`)
+    for devices that hold nothing, such as a TPU topology's, and cannot run."""
+    if not any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(state)):
+        return jax.device_put(state, shardings)
+    return jax.tree.map(
+        lambda s, variable: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), variable),
+        shardings, state, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
+
+
 class Decoder:
     """Samples token ids from a causal-LM policy on device; compiled once per (bucket, sampling setting).
 
@@ -445,14 +456,7 @@ class Decoder:
         self.matmul_precision = matmul_precision
         self.pad_id = int(pad_id)
         self.param_shardings = shd.state_shardings(state, self.mesh, rules)
-        if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(state)):
-            # A model built under nnx.eval_shape (no weights): its programs lower and compile (lower())
-            # for devices that hold nothing, such as a TPU topology's; they cannot run.
-            self.model_state = jax.tree.map(
-                lambda s, variable: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), variable),
-                self.param_shardings, state, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
-        else:
-            self.model_state = jax.device_put(state, self.param_shardings)
+        self.model_state = _placed_state(state, self.param_shardings)
         self._host_stop_table = stop_table
         self._programs: dict = {}
         self._stop_tables: dict = {}
