@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import logging
 import os
+import re
 from collections.abc import Callable, Sequence
 
 import jax
@@ -122,6 +123,21 @@ def program_bytes(compiled: jax.stages.Compiled, batch_bytes: int) -> int | None
         return None
     new_outputs = max(0, analysis.output_size_in_bytes - analysis.alias_size_in_bytes)
     return int(analysis.temp_size_in_bytes + new_outputs + analysis.generated_code_size_in_bytes + batch_bytes)
+
+
+_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def out_of_memory(error: Exception) -> bool:
+    """Whether a compilation failed because the program does not fit the device (TPU compilers say so)."""
+    return "RESOURCE_EXHAUSTED" in str(error) or "Ran out of memory" in str(error)
+
+
+def exhausted_bytes(message: str, batch_bytes: int) -> int | None:
+    """What a program the compiler refused needs per device, as :func:`program_bytes` counts it,
+    from the compiler's message ("... HLO temporaries (17.48G) exceeds ..."); None if it says not."""
+    match = re.search(r"HLO temporaries \(([\d.]+)([KMGT])\)", message)
+    return int(float(match.group(1)) * _UNITS[match.group(2)]) + batch_bytes if match else None
 
 
 def _batch_key(batch) -> tuple:
@@ -255,7 +271,13 @@ class StepProgram:
 
         def need(size: int) -> int | None:
             if size not in needs:
-                compiled = self.jitted(rows // size).lower(*args).compile()
+                try:
+                    compiled = self.jitted(rows // size).lower(*args).compile()
+                except jax.errors.JaxRuntimeError as e:  # a TPU compiler refuses what cannot fit its HBM
+                    if not out_of_memory(e):
+                        raise
+                    needs[size] = exhausted_bytes(str(e), batch_bytes) or int(2 * budget) + 1
+                    return needs[size]
                 if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in leaves):
                     self._compiled[(_batch_key(args[-1]), rows // size)] = compiled  # a plan's: kept for compile()
                 needs[size] = program_bytes(compiled, batch_bytes)

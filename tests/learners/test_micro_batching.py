@@ -124,3 +124,40 @@ def test_a_fixed_micro_batch_must_cut_the_batch(tiny_dirs, tokenizers):
     larger = Steps(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=64))
     larger.critic_step(larger.init_critic(), critic_batch(tokenizers, n=16))  # one micro-batch of the whole step
     assert [(x.size, x.count) for x in larger.programs()["critic_step"].layouts.values()] == [(16, 1)]
+
+
+def test_a_size_the_compiler_refuses_for_memory_counts_as_not_fitting(monkeypatch):
+    # A TPU compiler refuses a program that cannot fit its HBM instead of reporting its memory; "auto"
+    # reads the refusal as "too large" and takes the largest size that fits. Fake programs whose
+    # temporaries are 1 GiB per transition; the whole batch of 16 is refused.
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from archer_jax import sharding
+
+    refusal = ("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. the total memory required for HLO "
+               "temporaries (17.48G) exceeds available HBM (15.75G).")
+
+    class Program:
+        def __init__(self, count):
+            self.count = count
+
+        def lower(self, *args):
+            return self
+
+        def compile(self):
+            if self.count == 1:
+                raise jax.errors.JaxRuntimeError(refusal)
+            memory = SimpleNamespace(temp_size_in_bytes=(16 // self.count) * 2**30, output_size_in_bytes=0,
+                                     alias_size_in_bytes=0, generated_code_size_in_bytes=0)
+            return SimpleNamespace(memory_analysis=lambda: memory)
+
+    program = micro_batching.StepProgram(lambda *a, **k: None, mesh=sharding.single_device_mesh(),
+                                         free_bytes=lambda devices: 10 * 2**30)
+    monkeypatch.setattr(program, "jitted", Program)
+    batch = np.zeros((16, 4), np.float32)
+    layout = program.layout(None, batch)
+    assert (layout.size, layout.count, layout.need_bytes) == (8, 2, 8 * 2**30 + batch.nbytes)
+    assert micro_batching.exhausted_bytes(refusal, 0) == int(17.48 * 2**30)
+    assert micro_batching.exhausted_bytes("INTERNAL: something else", 0) is None
