@@ -325,12 +325,29 @@ def main(argv: list[str]) -> None:
         sys.exit(line)
 
 
+USAGE = ("usage: python -m archer_jax.plan --config=configs/FILE.py[:PRESET] --target=SLICE [--json=PATH] "
+         "[--config.KEY=VALUE ...]")
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """The train command's flag parsing (one-line errors, config keys), with this command's ``--help``."""
+    if any(arg in cli.HELP_FLAGS for arg in argv[1:]):
+        lines = [USAGE, "", __doc__.split("\n\n")[0].replace("\n", " "), "", "Flags:",
+                 f"  --config    {flags.FLAGS['config'].help}"]
+        lines += [f"  --{f.name:<9} {flags.FLAGS[f.name].help}" for f in (_TARGET, _JSON)]
+        lines += ["", f"Targets: {', '.join(targets.names())}.",
+                  "Config keys (--config.KEY=VALUE): as for python -m archer_jax.train --help."]
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.exit(0)
+    return cli.parse_flags(argv)
+
+
 def run() -> None:
     """The entry point (``python -m archer_jax.plan``)."""
     set_default_flags()
     quiet_tpu_probe()
     flags.mark_flag_as_required("config")
-    app.run(main, flags_parser=cli.parse_flags)
+    app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":
