@@ -9,8 +9,8 @@ No weights are read and nothing is downloaded: the models' shapes come from thei
 (copies of the paper's models ship with the package). The run's mesh and sharding rules are built
 on the target's devices and each program is compiled by XLA for that chip (libtpu's compiler,
 from the ``tpu`` extra; it runs on any host): the sampler's prefill and decode for the rollouts,
-the evaluations and each step's ``a_π``, and the agent's own learner steps, built by the same code
-as in a run (:mod:`archer_jax.plan_parts`), with ``learner.micro_batch_size="auto"`` chosen from
+the evaluations and each step's ``a_π``, the agent's own learner steps, built by the same code
+as in a run, and a T5 oracle's decode when the config names one (:mod:`archer_jax.plan_parts`), with ``learner.micro_batch_size="auto"`` chosen from
 the target's memory. For each program it prints the compiler's memory per chip (arguments,
 temporaries, outputs, and the peak with every state the run holds resident) against the chip's
 HBM, its FLOPs and bytes, a roofline time (the larger of FLOPs / peak FLOP/s and bytes / HBM
@@ -38,17 +38,21 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 from absl import app, flags
+from flax import nnx
 from jax._src import xla_bridge
 
 from archer_jax import agents, targets
+from archer_jax.envs import oracle_formats
 from archer_jax.config import validate
 from archer_jax.errors import ConfigError
 from archer_jax.jaxpr_flops import matmul_flops
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.micro_batching import StepProgram, size_text
 from archer_jax.learners.ppo import PPOBatch
-from archer_jax.models.tokenizer import Tokens
-from archer_jax.plan_parts import PlanParts
+from archer_jax.model_oracle import DEFAULT_T5_BASE
+from archer_jax.models.t5 import generate as t5_generate
+from archer_jax.models.tokenizer import Tokens, next_power_of_two
+from archer_jax.plan_parts import PlanParts, abstract_model, model_config
 from archer_jax.run import cli
 from archer_jax.sampling.decoding import SamplingParams
 from archer_jax.xla_flags import quiet_tpu_probe, set_default_flags
@@ -246,6 +250,10 @@ def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str 
             _analyse(program, compiled, chip, resident, policy_bytes, loops)
             programs.append(program)
 
+    oracle = _oracle_program(c, parts, chip, resident, workdir, only)
+    if oracle is not None:
+        programs.append(oracle)
+
     plan = Plan(config_name, target.name, chip.name if chip else None, chip.hbm_bytes if chip else None,
                 parts.mesh.devices.size, parts.hosts, dict(parts.mesh.shape), resident, programs)
     if chip is not None and all(p.roofline_s is not None for p in programs):
@@ -254,6 +262,36 @@ def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str 
         plan.bound_by = max(times, key=times.get)
         plan.run_hours = plan.iteration_s * c.iterations / 3600
     return plan
+
+
+ORACLE_PROMPT = 64  # tokens: the official oracle prompts ("The object is ...", a question) fit in this bucket
+
+
+def _oracle_program(c, parts: PlanParts, chip, resident: int, workdir: Path, only) -> ProgramPlan | None:
+    """The T5 oracle's greedy decode (``env.options.oracle=t5:PATH``): each host's env answers its
+    games' questions of a turn in one batch, on the host's first device."""
+    spec = c.env.options.get("oracle", oracle_formats.EMBEDDED)
+    if spec == oracle_formats.EMBEDDED or (only is not None and "oracle" not in only):
+        return None
+    kind, path = oracle_formats.parse(spec, c.env.name)
+    if kind != "t5":  # lm:PATH answers through the project's sampler, whose programs are the policy's kind
+        return None
+    file = Path(path).expanduser()
+    shape = model_config(path if (file / "config.json").is_file() else DEFAULT_T5_BASE, workdir)
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: abstract_model(shape, ("t5",), dtype=jnp.float32,
+                                                                         param_dtype=jnp.float32, remat="none", seed=0)))
+    device = jax.sharding.SingleDeviceSharding(parts.host_mesh.devices.flat[0])
+    state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), state)
+    rows = max(8, next_power_of_two(math.ceil(c.rollout_size / parts.hosts)))
+    ids = jax.ShapeDtypeStruct((rows, ORACLE_PROMPT), jnp.int32, sharding=device)
+    new_tokens = oracle_formats.FORMATS[(kind, c.env.name)].max_new_tokens
+    program = ProgramPlan("oracle decode", f"{rows} rows x {ORACLE_PROMPT}+{new_tokens} tokens per host", c.env.max_turns)
+    start = time.perf_counter()
+    compiled = t5_generate._greedy.lower(graphdef, state, ids, ids, new_tokens).compile()
+    program.compile_s = time.perf_counter() - start
+    matmul = matmul_flops(functools.partial(t5_generate._greedy, graphdef, max_new_tokens=new_tokens), state, ids, ids)
+    _analyse(program, compiled, chip, resident, 0, 1, matmul)
+    return program
 
 
 def table(plan: Plan) -> str:

@@ -12,6 +12,7 @@ import pytest
 
 from archer_jax import targets
 from archer_jax.config import validate
+from archer_jax.models import build_tiny
 from archer_jax.plan import not_fitting_line, plan_run
 from tests.train.test_train_app import ROOT, micro
 
@@ -27,8 +28,9 @@ def planned(tmp_path_factory, target: str, only=None, **overrides):
 
 @pytest.fixture(scope="module")
 def data_v5e(tmp_path_factory):
-    """Every program of the micro run on v5litepod-8, the batch split over 8 chips."""
-    return planned(tmp_path_factory, "v5litepod-8", batch_size=8)
+    """Every program of the micro run on v5litepod-8, the batch split over 8 chips, with a T5 oracle."""
+    oracle = build_tiny("t5", tmp_path_factory.mktemp("oracle") / "t5")
+    return planned(tmp_path_factory, "v5litepod-8", batch_size=8, env__workers=0, env__options__oracle=f"t5:{oracle}")
 
 
 def by_name(plan):
@@ -37,7 +39,7 @@ def by_name(plan):
 
 def test_every_program_of_an_iteration_compiles_for_a_single_host_slice(data_v5e):
     programs = by_name(data_v5e)
-    assert {"critic_step", "actor_step", "rollout prefill", "rollout decode", "a_pi decode"} <= set(programs)
+    assert {"critic_step", "actor_step", "rollout prefill", "rollout decode", "a_pi decode", "oracle decode"} <= set(programs)
     assert data_v5e.devices == 8 and data_v5e.hosts == 1 and data_v5e.mesh == {"data": 8, "fsdp": 1, "tensor": 1}
     assert data_v5e.chip == "TPU v5e" and data_v5e.hbm_bytes == 16 * 2**30
     for p in data_v5e.programs:
