@@ -15,10 +15,10 @@ the target's memory. For each program it prints the compiler's memory per chip (
 temporaries, outputs, and the peak with every state the run holds resident) against the chip's
 HBM, its FLOPs and bytes, a roofline time (the larger of FLOPs / peak FLOP/s and bytes / HBM
 bandwidth: a lower bound), its compile time and its count per iteration; then the projected time
-of an iteration and of the run. XLA counts a loop's body once: the decode loop's cost is
-multiplied by its new tokens, and a learner step's FLOPs are counted on its jaxpr
-(:mod:`archer_jax.jaxpr_flops`: scanned layers and micro-batches multiplied out); its bytes are
-XLA's count, a lower bound. A program that does not fit
+of an iteration and of the run. XLA counts a loop's body once: a learner step's FLOPs are counted
+on its jaxpr (:mod:`archer_jax.jaxpr_flops`: scanned layers and micro-batches multiplied out; its
+bytes are XLA's count, a lower bound), and the decode loop's FLOPs are XLA's times its new tokens,
+its bytes the floor of every parameter and the whole KV cache read once per new token. A program that does not fit
 ends the command with one line naming it (exit status 1).
 """
 
@@ -157,10 +157,11 @@ COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "coll
 
 
 def _analyse(program: ProgramPlan, compiled, chip: targets.Chip | None, resident: int, state_bytes: int,
-             loops: int, matmul: float | None = None) -> None:
+             loops: int, matmul: float | None = None, floor_bytes: float | None = None) -> None:
     """Fills ``program`` from the compiled program. ``loops``: the trip count of the loop XLA counts
     once; ``matmul``: the program's matmul FLOPs per chip counted on its jaxpr (every loop
-    multiplied out), which then stand for the FLOPs."""
+    multiplied out), which then stand for the FLOPs; ``floor_bytes``: the bytes it must read at
+    least, which then stand for XLA's count."""
     text = compiled.as_text() or ""
     program.collectives = {op: n for op in COLLECTIVES if (n := len(re.findall(rf"\b{op}(?:-start)?\(", text)))}
     memory = compiled.memory_analysis()
@@ -180,6 +181,8 @@ def _analyse(program: ProgramPlan, compiled, chip: targets.Chip | None, resident
         program.bytes_accessed = float(costs.get("bytes accessed", 0.0)) * loops
         if matmul and matmul > program.flops:  # scanned layers and micro-batches
             program.flops = matmul
+    if floor_bytes is not None:
+        program.bytes_accessed = floor_bytes
     if chip is not None:
         program.roofline_s = max(program.flops / chip.peak_flops, program.bytes_accessed / chip.hbm_bandwidth)
         program.fits = program.peak_bytes <= chip.hbm_bytes if memory is not None else None
@@ -241,13 +244,16 @@ def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str 
         rows = decoder.batch_bucket(math.ceil(games / hosts))
         start = time.perf_counter()
         prefill, decode = decoder.lower(sampling, rows, parts.max_prompt_length)
-        for name, lowered, loops in (("prefill", prefill, 1), ("decode", decode, sampling.max_new_tokens)):
+        # Each new token reads every parameter and the whole KV cache: the decode loop's floor (XLA
+        # counts a cache update as the whole cache, several times over).
+        floor = sampling.max_new_tokens * (policy_bytes + _shard_bytes(prefill.out_info))
+        for name, lowered, loops, least in (("prefill", prefill, 1, None), ("decode", decode, sampling.max_new_tokens, floor)):
             program = ProgramPlan(f"{use} {name}", f"{rows} rows x {parts.max_prompt_length}+{sampling.max_new_tokens} "
                                   f"tokens per host", calls)
             compiled = lowered.compile()
             program.compile_s = time.perf_counter() - start
             start = time.perf_counter()
-            _analyse(program, compiled, chip, resident, policy_bytes, loops)
+            _analyse(program, compiled, chip, resident, policy_bytes, loops, floor_bytes=least)
             programs.append(program)
 
     oracle = _oracle_program(c, parts, chip, resident, workdir, only)
