@@ -1,17 +1,19 @@
 """What each device will hold, printed before the first compilation: the mesh, and per device the
-parameters, the optimizer state and the largest activation of a learner step.
+parameters (with the target critic) and the optimizer state.
 
-    log.info("%s", memory_plan.describe(mesh, states, largest_activation(...)))
+    log.info("%s", memory_plan.describe(mesh, states))
 
-Parameters and Adam moments are counted from the states' own shardings (each device's shard).
-The largest activation is estimated from the shapes, for the whole step batch in one micro-batch
-(the most ``learner.micro_batch_size="auto"`` can choose): the policy's logits over the action
-tokens, an attention score matrix, or an MLP's hidden layer, whichever is largest.
+They are counted from the states' own shardings (each device's shard). What a learner step needs
+beyond them comes from its compiled program, not from shapes: each step logs it when it is first
+compiled (``critic_step (lengths 128/32): 1 micro-batch(es) of 256 transitions, 9.1 GiB per
+device of 70.2 GiB free``), and ``python -m archer_jax.plan`` gives every program's before a run.
+An estimate from the shapes (the largest single activation tensor) was printed here before; at
+the paper's critic step on a v5e chip it said 0.4 GB where XLA's temporaries are 6.6 GiB (every
+layer's activations are kept for the backward pass), so it is gone.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -23,56 +25,19 @@ from archer_jax.learners.micro_batching import size_text
 
 
 def device_bytes(tree: Any) -> int:
-    """Bytes of one device's shard of every array in ``tree`` (the largest shard where they differ)."""
+    """Bytes of one device's shard of every array (or ``jax.ShapeDtypeStruct`` with a sharding) in ``tree``."""
     total = 0
     for leaf in jax.tree.leaves(tree):
         if not hasattr(leaf, "shape") or jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
             continue
-        shape = leaf.sharding.shard_shape(leaf.shape) if isinstance(leaf, jax.Array) else leaf.shape
+        sharding = getattr(leaf, "sharding", None)  # arrays, and shapes placed for a plan
+        shape = sharding.shard_shape(leaf.shape) if sharding is not None else leaf.shape
         total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
     return total
 
 
-@dataclasses.dataclass(frozen=True)
-class Activation:
-    """The largest activation tensor a step makes, per device."""
-
-    what: str
-    bytes: int
-
-
-def largest_activation(
-    *, rows: int, mesh: Mesh, policy_length: int, action_length: int, vocab: int, policy_width: int,
-    policy_heads: int, policy_mlp: int | None = None, critic_length: int = 0, critic_width: int = 0, critic_heads: int = 0, compute_bytes: int = 4,
-) -> Activation:
-    """The largest of the activations a critic or actor step makes with ``rows`` transitions (the
-    step batch), on one device of ``mesh`` (rows split over ``data × fsdp``, heads, vocabulary and
-    MLP columns over ``tensor``)."""
-    per_device = max(1, rows // (mesh.shape["data"] * mesh.shape["fsdp"]))
-    tensor = mesh.shape["tensor"]
-    policy_mlp = 4 * policy_width if policy_mlp is None else policy_mlp
-    candidates = [
-        Activation(f"policy logits ({per_device} rows x {action_length} action tokens x {vocab} vocabulary, float32)",
-                   per_device * action_length * -(-vocab // tensor) * 4),
-        Activation(f"policy attention scores ({per_device} rows x {policy_heads} heads x {policy_length}^2)",
-                   per_device * -(-policy_heads // tensor) * policy_length**2 * compute_bytes),
-        Activation(f"policy MLP ({per_device} rows x {policy_length} tokens x {policy_mlp})",
-                   per_device * policy_length * -(-policy_mlp // tensor) * compute_bytes),
-    ]
-    if critic_width:
-        candidates += [
-            # The target critic embeds s and s' in one pass: twice the rows.
-            Activation(f"critic attention scores ({2 * per_device} rows x {critic_heads} heads x {critic_length}^2)",
-                       2 * per_device * -(-critic_heads // tensor) * critic_length**2 * compute_bytes),
-            Activation(f"critic MLP ({2 * per_device} rows x {critic_length} tokens x {4 * critic_width})",
-                       2 * per_device * critic_length * -(-4 * critic_width // tensor) * compute_bytes),
-        ]
-    return max(candidates, key=lambda a: a.bytes)
-
-
-def describe(mesh: Mesh, states, activation: Activation | None = None) -> str:
-    """One line: the mesh, and per device the parameters (with the target critic), optimizer state
-    and largest activation."""
+def describe(mesh: Mesh, states) -> str:
+    """One line: the mesh, and per device the parameters (with the target critic) and optimizer state."""
     shape = " ".join(f"{axis}={size}" for axis, size in mesh.shape.items())
     params = opt = 0
     for state in (states.actor, states.critic):
@@ -82,6 +47,4 @@ def describe(mesh: Mesh, states, activation: Activation | None = None) -> str:
     processes = len({d.process_index for d in mesh.devices.flat})
     line = (f"mesh {shape} over {mesh.devices.size} devices ({processes} process{'es' if processes > 1 else ''}); "
             f"per device: parameters {size_text(params)}, optimizer state {size_text(opt)}")
-    if activation is not None:
-        line += f", largest activation {size_text(activation.bytes)} ({activation.what})"
     return line

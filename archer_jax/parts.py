@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from archer_jax import memory_plan, model_oracle, prompts
+from archer_jax import model_oracle, prompts
 from archer_jax import sharding as shd
 from archer_jax.acting import Acting
 from archer_jax.distributed import host_share
@@ -117,7 +117,6 @@ class Parts:
             critic = critic_module(c, encoder)
             max_critic_length = critic_length(c, encoder.config)
         self.encoder_config = encoder.config if critic is not None else None
-        self._compute_bytes = dtype.itemsize
         self.networks = run_networks(c, self.mesh, self.actor_module, critic)
         prompter = Prompter(prompts.get(c.model.prompt_format), policy_tokenizer)
         self.pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, sampler.max_prompt_length, max_critic_length,
@@ -131,19 +130,6 @@ class Parts:
         self.pool = EnvPool(registry.env_factory(c, model_oracle.from_config(c)), envs, num_workers=c.env.workers,
                             timeout_s=c.env.timeout_s)
         self.metrics = StepMetrics(c.max_nonfinite_steps)  # the steps' metrics, and the non-finite watchdog
-
-    def largest_activation(self) -> memory_plan.Activation:
-        """The largest activation of a learner step on one device (:mod:`archer_jax.memory_plan`)."""
-        c, policy = self.config, self.actor_module.policy.config
-        encoder = self.encoder_config
-        return memory_plan.largest_activation(
-            rows=self.batch, mesh=self.mesh, policy_length=self.pipeline.max_prompt_length + c.sampling.max_new_tokens,
-            action_length=c.sampling.max_new_tokens, vocab=policy.vocab_size, policy_width=policy.hidden_size,
-            policy_heads=policy.num_heads, policy_mlp=getattr(policy, "intermediate_size", 4 * policy.hidden_size),
-            critic_length=self.pipeline.max_critic_length if encoder else 0,
-            critic_width=encoder.hidden_size if encoder else 0, critic_heads=encoder.num_attention_heads if encoder else 0,
-            compute_bytes=self._compute_bytes,
-        )
 
     def key_for(self, *path: int) -> jax.Array:
         """The run's key folded with ``path`` (a purpose, then e.g. the iteration and the step)."""

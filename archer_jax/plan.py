@@ -46,6 +46,7 @@ from archer_jax.envs import oracle_formats
 from archer_jax.config import validate
 from archer_jax.errors import ConfigError
 from archer_jax.jaxpr_flops import matmul_flops
+from archer_jax.memory_plan import device_bytes
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.micro_batching import StepProgram, size_text
 from archer_jax.learners.ppo import PPOBatch
@@ -101,17 +102,6 @@ class Plan:
 
     def not_fitting(self) -> list[ProgramPlan]:
         return [p for p in self.programs if p.fits is False]
-
-
-def _shard_bytes(tree) -> int:
-    """Bytes of one device's shard of every abstract array in ``tree``."""
-    total = 0
-    for leaf in jax.tree.leaves(tree):
-        if not hasattr(leaf, "shape") or jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            continue
-        shape = leaf.sharding.shard_shape(leaf.shape) if getattr(leaf, "sharding", None) is not None else leaf.shape
-        total += math.prod(shape) * jnp.dtype(leaf.dtype).itemsize
-    return total
 
 
 def _tokens(rows: int, length: int, sharding) -> Tokens:
@@ -197,9 +187,9 @@ def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str 
     parts = PlanParts(config, target.devices(), workdir, agent_class.networks_for(agent_config))
     agent = agent_class(parts, agent_config)
     c, chip = config, target.chip
-    resident = _shard_bytes(parts.networks.abstract_actor(agent.actor_tx, agent.actor_target))
+    resident = device_bytes(parts.networks.abstract_actor(agent.actor_tx, agent.actor_target))
     if agent.critic_tx is not None:
-        resident += _shard_bytes(parts.networks.abstract_critic(agent.critic_tx))
+        resident += device_bytes(parts.networks.abstract_critic(agent.critic_tx))
     programs: list[ProgramPlan] = []
     if chip is not None and resident > chip.hbm_bytes:  # nothing to compile: the states alone do not fit
         programs.append(ProgramPlan("states", "parameters, optimizer state and targets, per chip", 0,
@@ -227,7 +217,7 @@ def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str 
         program.shape = (f"{parts.batch} rows in {layout.count} x {layout.size}; lengths "
                          f"{parts.max_prompt_length}/{parts.max_critic_length}/{parts.action_length}")
         matmul = matmul_flops(functools.partial(step.step, micro_batches=layout.count), *args) / parts.mesh.devices.size
-        _analyse(program, compiled, chip, resident, _shard_bytes(args[:-1]), 1, matmul)
+        _analyse(program, compiled, chip, resident, device_bytes(args[:-1]), 1, matmul)
         programs.append(program)
 
     # The sampler: each host plays its share of the games on its own devices.
@@ -239,14 +229,14 @@ def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str 
     if agent.critic_tx is not None and counts["critic_step"] + counts["actor_step"]:
         uses.append(("a_pi", parts.batch, counts["critic_step"] + counts["actor_step"]))
     uses = [use for use in uses if only is None or use[0] in only]
-    policy_bytes = _shard_bytes(decoder.model_state)
+    policy_bytes = device_bytes(decoder.model_state)
     for use, games, calls in uses:
         rows = decoder.batch_bucket(math.ceil(games / hosts))
         start = time.perf_counter()
         prefill, decode = decoder.lower(sampling, rows, parts.max_prompt_length)
         # Each new token reads every parameter and the whole KV cache: the decode loop's floor (XLA
         # counts a cache update as the whole cache, several times over).
-        floor = sampling.max_new_tokens * (policy_bytes + _shard_bytes(prefill.out_info))
+        floor = sampling.max_new_tokens * (policy_bytes + device_bytes(prefill.out_info))
         for name, lowered, loops, least in (("prefill", prefill, 1, None), ("decode", decode, sampling.max_new_tokens, floor)):
             program = ProgramPlan(f"{use} {name}", f"{rows} rows x {parts.max_prompt_length}+{sampling.max_new_tokens} "
                                   f"tokens per host", calls)

@@ -209,7 +209,7 @@ def _start_or_resume(agent: Agent, checkpoints: Checkpoints, writers: report.Wri
     parts = agent.parts
     c = parts.config
     states = agent.init_states()
-    log.info("%s", memory_plan.describe(parts.mesh, states, parts.largest_activation()))
+    log.info("%s", memory_plan.describe(parts.mesh, states))
     found = checkpoints.restore_latest(actor=states.actor, critic=states.critic,
                                        check=lambda restored: LoopState.from_json(restored[3]))
     if found is not None:
