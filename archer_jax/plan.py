@@ -50,6 +50,7 @@ from archer_jax.memory_plan import device_bytes
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.micro_batching import StepProgram, size_text
 from archer_jax.learners.ppo import PPOBatch
+from archer_jax.learners.programs import abstract
 from archer_jax.model_oracle import DEFAULT_T5_BASE
 from archer_jax.models.t5 import generate as t5_generate
 from archer_jax.models.tokenizer import Tokens, next_power_of_two
@@ -277,7 +278,7 @@ def _oracle_program(c, parts: PlanParts, chip, resident: int, workdir: Path, onl
     graphdef, state = nnx.split(nnx.eval_shape(lambda: abstract_model(shape, ("t5",), dtype=jnp.float32,
                                                                          param_dtype=jnp.float32, remat="none", seed=0)))
     device = jax.sharding.SingleDeviceSharding(parts.host_mesh.devices.flat[0])
-    state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), state)
+    state = abstract(state, device)
     rows = max(8, next_power_of_two(math.ceil(c.rollout_size / parts.hosts)))
     ids = jax.ShapeDtypeStruct((rows, ORACLE_PROMPT), jnp.int32, sharding=device)
     new_tokens = oracle_formats.FORMATS[(kind, c.env.name)].max_new_tokens

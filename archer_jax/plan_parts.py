@@ -20,7 +20,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh
 
 from archer_jax import parts as run_parts
 from archer_jax import sharding as shd
@@ -37,7 +36,7 @@ def model_config(name: str, workdir: Path) -> dict:
     """``config.json`` of the model a config names (``tiny:*`` models are built under ``workdir``)."""
     if tiny_kind(name) is not None:
         return hub.read_config(Path(model_directory(name, workdir)))
-    found = hub.known_config(name) if hasattr(hub, "known_config") else hub.peek_config(name)
+    found = hub.known_config(name)
     if found is None:
         raise ConfigError(f"{name}: no config.json for this model here (not a directory, not in the Hugging Face "
                           "cache, no copy in the package, and the hub cannot be reached): pass a model directory")
@@ -54,16 +53,6 @@ def abstract_model(config_dict: dict, types: Sequence[str], *, dtype, param_dtyp
                            remat=remat, rngs=nnx.Rngs(seed))
 
 
-def host_mesh(mesh: Mesh, process: int = 0) -> Mesh:
-    """The mesh one host's sampler plays its games on (as :func:`archer_jax.sharding.local_mesh`)."""
-    devices = [d for d in mesh.devices.flat if d.process_index == process]
-    if len(devices) == mesh.devices.size:
-        return mesh
-    tensor = np.gcd(mesh.shape["tensor"], len(devices))
-    fsdp = np.gcd(mesh.shape["fsdp"], len(devices) // tensor)
-    return shd.make_mesh(len(devices) // (tensor * fsdp), int(fsdp), int(tensor), devices=devices)
-
-
 class PlanParts:
     """What an agent's constructor reads of a run's parts (its config, mesh and networks), and
     the policy's decoder and the run's token lengths, built without weights on ``devices``."""
@@ -71,7 +60,7 @@ class PlanParts:
     def __init__(self, config, devices: Sequence[jax.Device], workdir: Path, spec):
         self.config = c = config
         self.mesh = shd.make_mesh(**c.mesh.to_dict(), devices=list(devices))
-        self.host_mesh = host_mesh(self.mesh)
+        self.host_mesh = shd.local_mesh(self.mesh, process=0)  # one host's sampler plays its games here
         self.hosts = len({d.process_index for d in self.mesh.devices.flat})
         platform = self.mesh.devices.flat[0].platform
         dtype = compute_dtype(c.model.dtype, platform)

@@ -178,12 +178,14 @@ def replicated(mesh: Mesh) -> NamedSharding:
 # this host's devices alone (each host plays its own games): see archer_jax.distributed.
 
 
-def local_mesh(mesh: Mesh) -> Mesh:
-    """``mesh`` itself in a single process; else a mesh over this process's devices with the same
-    axes (``fsdp`` and ``tensor`` kept where they fit in one host, the rest on ``data``)."""
-    if jax.process_count() == 1:
+def local_mesh(mesh: Mesh, process: int | None = None) -> Mesh:
+    """``mesh`` itself when one process holds all its devices; else a mesh over this process's
+    devices (or ``process``'s: a plan's host of a slice) with the same axes (``fsdp`` and
+    ``tensor`` kept where they fit in one host, the rest on ``data``)."""
+    process = jax.process_index() if process is None else process
+    devices = [d for d in mesh.devices.flat if d.process_index == process]
+    if len(devices) == mesh.devices.size:
         return mesh
-    devices = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
     tensor = math.gcd(mesh.shape["tensor"], len(devices))
     fsdp = math.gcd(mesh.shape["fsdp"], len(devices) // tensor)
     return make_mesh(len(devices) // (tensor * fsdp), fsdp, tensor, devices=devices)

@@ -37,6 +37,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from archer_jax import sharding as shd
+from archer_jax.learners.programs import abstract, is_abstract
 from archer_jax.models.attention import KVCache
 from archer_jax.models.causal_lm import CausalLMConfig, init_cache
 from archer_jax.models.tokenizer import bucket_length, next_power_of_two
@@ -407,11 +408,7 @@ def _placed_state(state: nnx.State, shardings: nnx.State) -> nnx.State:
     """The model's parameters on their shardings; a model built under ``nnx.eval_shape`` (no
     weights) stays shapes with shardings: its programs lower and compile (:meth:`Decoder.lower`)
     for devices that hold nothing, such as a TPU topology's, and cannot run."""
-    if not any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(state)):
-        return jax.device_put(state, shardings)
-    return jax.tree.map(
-        lambda s, variable: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), variable),
-        shardings, state, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
+    return abstract(state, shardings) if is_abstract(state) else jax.device_put(state, shardings)
 
 
 class Decoder:
