@@ -48,7 +48,7 @@ from archer_jax.errors import ConfigError
 from archer_jax.jaxpr_flops import matmul_flops
 from archer_jax.memory_plan import device_bytes
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
-from archer_jax.learners.micro_batching import StepProgram, size_text
+from archer_jax.learners.micro_batching import StepProgram, program_bytes, size_text
 from archer_jax.learners.ppo import PPOBatch
 from archer_jax.learners.programs import abstract
 from archer_jax.model_oracle import DEFAULT_T5_BASE
@@ -162,9 +162,8 @@ def _analyse(program: ProgramPlan, compiled, chip: targets.Chip | None, resident
         program.output_bytes = int(memory.output_size_in_bytes)
         program.alias_bytes = int(memory.alias_size_in_bytes)
         program.code_bytes = int(memory.generated_code_size_in_bytes)
-        new_outputs = max(0, program.output_bytes - program.alias_bytes)
-        program.peak_bytes = (max(0, resident - state_bytes) + program.argument_bytes + program.temp_bytes + new_outputs
-                              + program.code_bytes)
+        # What the program adds to its arguments (as "auto" counts it), with the states it does not take.
+        program.peak_bytes = max(0, resident - state_bytes) + program.argument_bytes + program_bytes(compiled, 0)
     costs = compiled.cost_analysis()
     costs = costs[0] if isinstance(costs, list) else costs
     if costs:
