@@ -160,23 +160,32 @@ MICRO = {
 }
 
 
-def file_config(path: str | Path, preset: str = "") -> ml_collections.ConfigDict:
-    """``get_config(preset)`` of the config file at ``path``, loaded by path (config file names
-    such as ``20q.py`` are no module names): how one config file builds on another."""
+def config_module(path: str | Path):
+    """The config file at ``path`` as a module (``get_config``, ``PRESETS``), loaded by path (config
+    file names such as ``20q.py`` are no module names): how one config file builds on another."""
     spec = importlib.util.spec_from_file_location(f"archer_jax_config_{Path(path).stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config(preset)
+    return module
+
+
+def file_config(path: str | Path, preset: str = "") -> ml_collections.ConfigDict:
+    """``get_config(preset)`` of the config file at ``path``."""
+    return config_module(path).get_config(preset)
 
 
 def with_preset(c: ml_collections.ConfigDict, preset: str, config_file: str, *, tiny: dict | None = None,
-                micro: dict | None = None) -> ml_collections.ConfigDict:
+                micro: dict | None = None, more: dict[str, dict] | None = None) -> ml_collections.ConfigDict:
     """``c`` (a config file's official setting) under ``preset``: "" leaves it as it is; "tiny" sets
     :data:`TINY`, then the file's own ``tiny`` keys (dotted names); "micro" sets those, then
-    :data:`MICRO` and the file's ``micro`` keys. An unknown preset is a ValueError naming the file."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r} for {config_file}; known: '' (official), 'tiny', 'micro'")
-    steps = {"": (), "tiny": (TINY, tiny), "micro": (TINY, tiny, MICRO, micro)}[preset]
+    :data:`MICRO` and the file's ``micro`` keys. ``more`` names a file's further presets, each set
+    on top of its "tiny". An unknown preset is a ValueError naming the file and its presets."""
+    more = more or {}
+    if preset not in PRESETS and preset not in more:
+        known = ", ".join(repr(p) for p in (*PRESETS, *more))
+        raise ValueError(f"unknown preset {preset!r} for {config_file}; known: {known} ('' is the official setting)")
+    steps = {"": (), "tiny": (TINY, tiny), "micro": (TINY, tiny, MICRO, micro)}
+    steps = steps[preset] if preset in steps else (TINY, tiny, more[preset])
     for values in steps:
         c.update_from_flattened_dict(values or {})
     return c

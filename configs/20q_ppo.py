@@ -15,7 +15,7 @@ dialogue's utterances, with a value head on the policy), ``grpo`` (returns stand
 estimator) or ``archer_hierarchical`` (ArCHer's TD-learned utterance critic, the RoBERTa critic of
 ``configs/20q.py``, as the turn level; ``warmup_iter`` iterations train it before PPO starts).
 
-``tiny`` and ``micro`` are ``configs/20q.py``'s, with the same SFT warm start, so PPO starts where
+``tiny``, ``micro`` and ``weak`` are ``configs/20q.py``'s, with the same SFT warm start, so PPO starts where
 ArCHer does, and PPO's own defaults: 4 epochs of 32-transition minibatches, about 36 policy steps
 on a tiny rollout's ~260 transitions, where ArCHer's actor takes ``actor_steps`` (3). With
 ``archer_hierarchical``, ``--config.ppo.lam=1.0 --config.ppo.whiten=False`` is its unbiased form
@@ -29,13 +29,15 @@ from pathlib import Path
 
 import ml_collections
 
-from archer_jax.config import PRESETS, file_config
+from archer_jax.config import config_module, file_config
 
 __all__ = ["PRESETS", "get_config"]
 
+PRESETS = config_module(Path(__file__).with_name("20q.py")).PRESETS  # configs/20q.py's, "weak" among them
+
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
-    """The config for ``preset``: "" (the paper's setting with PPO), "tiny" or "micro"."""
+    """The config for ``preset`` of configs/20q.py ("" is the paper's setting) with PPO."""
     c = file_config(Path(__file__).with_name("20q.py"), preset)
     c.agent = "ppo"
     return c

@@ -32,8 +32,8 @@ def test_every_config_file_is_listed():
 @pytest.mark.parametrize("name", FILES)
 def test_every_config_has_tiny_and_micro_presets_with_tiny_models_and_small_counts(name):
     module = load(name)
-    assert module.PRESETS == ("", "tiny", "micro")
-    paper, tiny, micro = (module.get_config(p) for p in module.PRESETS)
+    assert module.PRESETS[:3] == ("", "tiny", "micro")
+    paper, tiny, micro = (module.get_config(p) for p in module.PRESETS[:3])
     base_keys = set(config_lib.base_config().keys())
     for c in (tiny, micro):
         assert set(c.keys()) == base_keys  # presets change values, never keys
@@ -49,6 +49,19 @@ def test_every_config_has_tiny_and_micro_presets_with_tiny_models_and_small_coun
     assert micro.critic_steps <= 2 and micro.bc_steps <= 2 and micro.sft.steps <= 4
     with pytest.raises(ValueError, match="unknown preset 'big'"):
         module.get_config("big")
+
+
+def test_further_presets_build_on_tiny_and_are_listed_by_the_error():
+    """A file's own presets (configs/20q.py's "weak") are its "tiny" with a few keys changed, and
+    the unknown-preset error lists them; PPO's file offers the same ones."""
+    twenty_q = load("20q.py")
+    assert twenty_q.PRESETS == ("", "tiny", "micro", "weak") == load("20q_ppo.py").PRESETS
+    tiny, weak = twenty_q.get_config("tiny").to_dict(), twenty_q.get_config("weak").to_dict()
+    assert weak["sft"].pop("experts") == "random,redundant" and tiny["sft"].pop("experts") == "optimal,random_order"
+    assert weak.pop("iterations") == 40 and tiny.pop("iterations") == 30
+    assert weak == tiny
+    with pytest.raises(ValueError, match="known: '', 'tiny', 'micro', 'weak'"):
+        twenty_q.get_config("strong")
 
 
 def test_the_subset_presets_are_the_twenty_questions_ones():

@@ -1,0 +1,257 @@
+"""Learning where the methods separate: ArCHer against PPO + GAE, GRPO, online filtered BC and CHAI
+on settings harder than the tiny preset, several seeds, at equal env samples; and ArCHer's
+update-to-data ratio against a tuned PPO.
+
+Settings (``--setting``):
+
+* ``weak``: ``configs/20q.py:weak``, the 10-object subset from a weak SFT start (about a fifth of
+  the evaluation games won), every method 3 seeds.
+* ``utd``: the same setting, ArCHer at 2x and 4x its critic and actor steps per iteration (the
+  update-to-data ratio; 1x is ``weak``'s ArCHer) and PPO + GAE at other epochs, minibatches and
+  learning rates, 2 seeds each.
+
+Every run is the train app on the setting's config with only the agent, a variant's keys and the
+seed changed (``benchmarks/learning.py``'s ``run_one``), in ``--workdir/<setting>/<method>/``. A
+finished run is not trained again and an interrupted one resumes from its last checkpoint, so the
+benchmark resumes with the same command. After each run finishes, the results of every finished
+run of every setting are written again (``benchmarks/results/learning_hard.{json,png,md}``), and
+with ``--commit`` committed, so that work done is never lost.
+
+    python benchmarks/learning_hard.py --setting weak --jobs 2 --commit
+    python benchmarks/learning_hard.py --setting utd --jobs 2 --commit
+    python benchmarks/learning_hard.py --report        # train nothing: tables from the finished runs
+
+The measures are ``benchmarks/sample_efficiency.py``'s: per method and seed, the env samples at the
+first evaluation at or above a return threshold, and from the first one after which every later one
+stays at or above it. Two thresholds are taken: halfway from the SFT start to ArCHer's final mean
+return (ratios to ArCHer), and PPO + GAE's final mean return (the paper's claim: ArCHer reaches it
+in a fraction of PPO's samples; ratios to PPO's env samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+import learning
+import sample_efficiency as se
+from common import RESULTS, machine, portable
+
+ROOT = Path(__file__).resolve().parent.parent
+WEAK = "configs/20q.py:weak"
+# method: (label, agent, overrides) — every setting's methods, over the setting's config
+METHODS = {
+    "archer": ("ArCHer", "archer", []),
+    "ppo_gae": ("PPO + gae", "ppo", ["ppo.adv_estimator=gae"]),
+    "ppo_grpo": ("PPO + grpo", "ppo", ["ppo.adv_estimator=grpo", "rollout_group_size=4"]),
+    "filtered_bc": ("filtered BC (online)", "filtered_bc", []),
+    "chai": ("CHAI", "chai", []),
+    # The update-to-data ratio: critic and actor steps per iteration (configs/20q.py:tiny takes 10 and 3).
+    "archer_utd2": ("ArCHer, 2x steps (20 critic, 6 actor)", "archer", ["critic_steps=20", "actor_steps=6"]),
+    "archer_utd4": ("ArCHer, 4x steps (40 critic, 12 actor)", "archer", ["critic_steps=40", "actor_steps=12"]),
+    # PPO's own tuning at the same budget (its defaults: 4 epochs, minibatches of 32, actor_lr 1e-5).
+    "ppo_gae_lr3": ("PPO + gae, actor_lr 3e-5", "ppo", ["ppo.adv_estimator=gae", "learner.actor_lr=3e-5"]),
+    "ppo_gae_epochs8": ("PPO + gae, 8 epochs", "ppo", ["ppo.adv_estimator=gae", "ppo.epochs=8"]),
+    "ppo_gae_mb16": ("PPO + gae, minibatches of 16", "ppo", ["ppo.adv_estimator=gae", "batch_size=16"]),
+}
+SETTINGS = {  # setting: (title, config, methods, seeds)
+    "weak": ("20Q subset, weak SFT start (configs/20q.py:weak)", WEAK,
+             ("archer", "ppo_gae", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
+    "utd": ("20Q subset, weak start: update-to-data ratio and PPO tuning", WEAK,
+            ("archer_utd2", "archer_utd4", "ppo_gae_lr3", "ppo_gae_epochs8", "ppo_gae_mb16"), (0, 1)),
+}
+# The runs a setting's tables take from another setting (the same config and method).
+BORROWS = {"utd": {"weak": ("archer", "ppo_gae")}}
+FILES = ("learning_hard.json", "learning_hard.png", "learning_hard.md")
+
+
+def run_dir(workdir: Path, setting: str, method: str, seed: int) -> Path:
+    return workdir / setting / method / f"{METHODS[method][1]}_seed{seed}"
+
+
+def train(setting: str, method: str, seed: int, workdir: Path) -> dict:
+    """One run's summary (trained now, or found finished), labelled with its method."""
+    label, agent, overrides = METHODS[method]
+    summary = learning.run_one(SETTINGS[setting][1], workdir / setting / method, agent, seed, overrides)
+    return dict(summary, agent=label, method=method)
+
+
+def finished(setting: str, method: str, seed: int, workdir: Path) -> dict | None:
+    """A finished run's summary (None when it has not finished), labelled with its method."""
+    path = run_dir(workdir, setting, method, seed) / "summary.json"
+    if not path.exists():
+        return None
+    return dict(json.loads(path.read_text()), agent=METHODS[method][0], method=method)
+
+
+def summaries_of(setting: str, workdir: Path) -> list[dict]:
+    """The finished runs a setting's tables read: its own, and those it borrows."""
+    _, _, methods, seeds = SETTINGS[setting]
+    runs = [(setting, m, s) for m in methods for s in seeds]
+    for other, borrowed in BORROWS.get(setting, {}).items():
+        runs = [(other, m, s) for m in borrowed for s in seeds] + runs
+    found = (finished(*run, workdir) for run in runs)
+    return [s for s in found if s is not None]
+
+
+def target(rows: list[dict], summaries: list[dict], ppo: str = "ppo_gae") -> dict | None:
+    """The paper's claim at PPO's final mean return: each method's mean samples to reach it (first,
+    and from which it holds), as a fraction of PPO's mean env samples in all."""
+    ppo_runs = [s for s in summaries if s["method"] == ppo]
+    if not ppo_runs:
+        return None
+    budget = statistics.mean(s["env_samples"] for s in ppo_runs)
+    fraction = lambda v: v / budget if v is not None else None  # noqa: E731
+    return dict(ppo=ppo, ppo_final_return=statistics.mean(s["eval_return_after"] for s in ppo_runs),
+                ppo_env_samples=budget,
+                methods={r["method"]: dict(label=r["label"], mean_samples=r["mean_samples"], reached=r["reached"],
+                                           mean_held=r["mean_held"], held=r["held"], seeds=r["seeds"],
+                                           first_fraction_of_ppo=fraction(r["mean_samples"]),
+                                           held_fraction_of_ppo=fraction(r["mean_held"])) for r in rows})
+
+
+def target_table(t: dict) -> str:
+    lines = [f"At PPO + gae's final mean return ({t['ppo_final_return']:.2f}, after {t['ppo_env_samples']:.0f} env samples):",
+             "", "| method | first reaches it: mean env samples (seeds) | fraction of PPO's samples "
+             "| stays from: mean env samples (seeds) | fraction of PPO's samples |", "|---|---|---|---|---|"]
+    cell = lambda v, n, seeds: f"{v:.0f} ({n}/{seeds})" if v is not None else f"never (0/{seeds})"  # noqa: E731
+    frac = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
+    for m in t["methods"].values():
+        lines.append(f"| {m['label']} | {cell(m['mean_samples'], m['reached'], m['seeds'])} | "
+                     f"{frac(m['first_fraction_of_ppo'])} | {cell(m['mean_held'], m['held'], m['seeds'])} | "
+                     f"{frac(m['held_fraction_of_ppo'])} |")
+    return "\n".join(lines)
+
+
+def report(setting: str, workdir: Path) -> dict | None:
+    """One setting's tables from its finished runs (None when none has finished)."""
+    summaries = summaries_of(setting, workdir)
+    if not summaries:
+        return None
+    order = {m: i for i, m in enumerate(METHODS)}
+    summaries.sort(key=lambda s: (order[s["method"]], s["config"]["seed"]))
+    quality = learning.aggregate(summaries)
+    archer = [s for s in summaries if s["method"] == "archer"]
+    threshold = None
+    if archer:
+        start = statistics.mean(s["eval_return_before"] for s in archer)
+        threshold = start + 0.5 * (statistics.mean(s["eval_return_after"] for s in archer) - start)
+    rows = se.efficiency(summaries, threshold) if threshold is not None else []
+    paper = target(se.efficiency(summaries, statistics.mean(
+        s["eval_return_after"] for s in summaries if s["method"] == "ppo_gae")), summaries) \
+        if any(s["method"] == "ppo_gae" for s in summaries) else None
+    title, config, methods, seeds = SETTINGS[setting]
+    return dict(setting=setting, title=title, config=config, threshold=threshold, rows=rows, quality=quality,
+                target=paper, curves=learning.curves(summaries),
+                overrides={m: METHODS[m][2] for m in dict.fromkeys(s["method"] for s in summaries)},
+                runs=[{k: s.get(k) for k in ("method", "agent", "env_samples", "evals", "wall_time_s",
+                                             "benchmark_wall_s")} | dict(seed=s["config"]["seed"]) for s in summaries])
+
+
+def markdown(results: list[dict]) -> str:
+    parts = []
+    for r in results:
+        parts += [f"## {r['title']}", "", f"Config `{r['config']}`; each method's keys besides it:", ""]
+        parts += [f"- {m}: {' '.join(o) or '(none)'}" for m, o in r["overrides"].items()] + [""]
+        if r["rows"]:
+            parts += [se.table(r["rows"], r["quality"], r["threshold"]), ""]
+        else:
+            parts += [learning.table(r["quality"]), ""]
+        if r["target"]:
+            parts += [target_table(r["target"]), ""]
+    return "\n".join(parts)
+
+
+def write(workdir: Path, out: Path, seconds: float) -> list[dict]:
+    """learning_hard.{json,png,md} from every setting's finished runs."""
+    results = [r for r in (report(s, workdir) for s in SETTINGS) if r is not None]
+    if not results:
+        return results
+    out.mkdir(parents=True, exist_ok=True)
+    plots = [r for r in results if r["curves"]]
+    _plot(plots, out / FILES[1])
+    (out / FILES[2]).write_text(markdown(results))
+    (out / FILES[0]).write_text(json.dumps(portable(dict(
+        benchmark="learning_hard", machine=machine(), seconds_this_invocation=seconds, settings=results)), indent=2) + "\n")
+    return results
+
+
+def _plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(9.0 * len(results), 4.6), squeeze=False)
+    for ax, r in zip(axes[0], results):
+        for label, c in r["curves"].items():
+            (line,) = ax.plot(c["env_samples"], c["mean"], marker="o", markersize=3, label=label)
+            ax.fill_between(c["env_samples"], c["low"], c["high"], color=line.get_color(), alpha=0.15)
+        if r["threshold"] is not None:
+            ax.axhline(r["threshold"], color="gray", linestyle="--", linewidth=1, label=f"halfway {r['threshold']:.2f}")
+        ax.set_title(r["title"] + "\nmean over seeds, band min..max", fontsize="medium")
+        ax.set_xlabel("env samples (transitions collected)")
+        ax.set_ylabel("eval return, fixed games (greedy; CHAI: best of k)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="x-small", loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def commit(message: str) -> None:
+    """Commits the results files only (whatever else is staged stays staged)."""
+    paths = [str(RESULTS.relative_to(ROOT) / f) for f in FILES]
+    for _ in range(5):  # another git command may hold the index for a moment
+        added = subprocess.run(["git", "add", "--", *paths], cwd=ROOT)
+        if not added.returncode and not subprocess.run(["git", "commit", "-q", "-m", message, "--", *paths],
+                                                       cwd=ROOT).returncode:
+            return
+        time.sleep(5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--setting", nargs="+", default=[], choices=SETTINGS)
+    parser.add_argument("--methods", nargs="+", default=None, choices=METHODS, help="default: the setting's")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: the setting's")
+    parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "learning_hard")
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at once (2 fills a 2-core CPU best)")
+    parser.add_argument("--report", action="store_true", help="train nothing: write the results from the finished runs")
+    parser.add_argument("--commit", action="store_true", help="git-commit the results files after each finished run")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    start, lock = time.perf_counter(), threading.Lock()
+    workdir = args.workdir.resolve()
+    jobs = [(setting, m, s) for setting in args.setting for s in (args.seeds or SETTINGS[setting][3])
+            for m in (args.methods or SETTINGS[setting][2])]
+    jobs = [j for j in jobs if finished(*j, workdir) is None] if not args.report else []
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(train, *j, workdir): j for j in jobs}
+        for future in as_completed(futures):
+            setting, method, seed = futures[future]
+            try:
+                summary = future.result()
+            except RuntimeError as error:  # one failed run (its train.log says why) stops no other
+                print(error, flush=True)
+                continue
+            with lock:
+                write(workdir, args.out, time.perf_counter() - start)
+                print(f"{setting} {method} seed {seed}: eval return {summary['eval_return_before']:.2f} -> "
+                      f"{summary['eval_return_after']:.2f}, {summary['env_samples']} env samples", flush=True)
+                if args.commit:
+                    commit(f"learning_hard: {setting} {method} seed {seed} finished "
+                           f"(eval return {summary['eval_return_before']:.2f} -> {summary['eval_return_after']:.2f})")
+    results = write(workdir, args.out, time.perf_counter() - start)
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
