@@ -52,7 +52,7 @@ from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
 from archer_jax.learners.offline_archer import IQLConfig
 from archer_jax.learners.ppo import PPOConfig
 from archer_jax.models import hub
-from archer_jax.models.tiny import CAUSAL_KINDS, TINY_PREFIX
+from archer_jax.models.tiny import CAUSAL_KINDS, PREFIXES, offline_model
 from archer_jax.parts_config import EnvConfig, LoopConfig, LoRAKeys, ModelConfig
 from archer_jax.sampling import SamplingParams
 from archer_jax.sft import SFTConfig
@@ -249,15 +249,17 @@ def renamed(key: str) -> str | None:
 
 
 def _check_model(key: str, name: str, kinds: tuple[str, ...], weights: bool = True) -> None:
-    """A tiny model of a kind in ``kinds``, an existing HF-format directory, or (offline) a cached hub name.
+    """A model built offline (``tiny:`` or ``small:``) of a kind in ``kinds``, an existing HF-format
+    directory, or (offline) a cached hub name.
 
     A name that exists on disk is a local directory, whatever it looks like (``models/mygpt2``);
     only a name that is not on disk is looked up on the hub.
     """
-    if name.startswith(TINY_PREFIX):
-        if name[len(TINY_PREFIX):] not in kinds:
-            allowed = " or ".join(repr(TINY_PREFIX + kind) for kind in kinds)
-            raise ConfigError(f"config.{key}: {name!r} is not a tiny model for this role; use {allowed}")
+    built = offline_model(name)
+    if built is not None:
+        if built[1] not in kinds:
+            allowed = " or ".join(repr(prefix + kind) for prefix in PREFIXES for kind in kinds)
+            raise ConfigError(f"config.{key}: {name!r} is not a model built offline for this role; use {allowed}")
         return
     path = Path(name).expanduser()
     if path.exists():

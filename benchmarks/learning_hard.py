@@ -44,30 +44,44 @@ import sample_efficiency as se
 from common import RESULTS, machine, portable
 
 ROOT = Path(__file__).resolve().parent.parent
-WEAK = "configs/20q.py:weak"
-# method: (label, agent, overrides) — every setting's methods, over the setting's config
+WEAK, SMALL, CITY, CITY_OFFLINE = "configs/20q.py:weak", "configs/20q.py:small", "configs/city.py:tiny", \
+    "configs/city_offline.py:tiny"
+CITY_DATA = ROOT.parent / "shared" / "data" / "guess_my_city.json"  # the official 950 dialogues
+# method: (label, agent, overrides, config or None for the setting's). "{offline}" in an override is
+# the path of the same seed's "offline_archer" run, trained first.
 METHODS = {
-    "archer": ("ArCHer", "archer", []),
-    "ppo_gae": ("PPO + gae", "ppo", ["ppo.adv_estimator=gae"]),
-    "ppo_grpo": ("PPO + grpo", "ppo", ["ppo.adv_estimator=grpo", "rollout_group_size=4"]),
-    "filtered_bc": ("filtered BC (online)", "filtered_bc", []),
-    "chai": ("CHAI", "chai", []),
+    "archer": ("ArCHer", "archer", [], None),
+    "ppo_gae": ("PPO + gae", "ppo", ["ppo.adv_estimator=gae"], None),
+    "ppo_grpo": ("PPO + grpo", "ppo", ["ppo.adv_estimator=grpo", "rollout_group_size=4"], None),
+    "filtered_bc": ("filtered BC (online)", "filtered_bc", [], None),
+    "chai": ("CHAI", "chai", [], None),
     # The update-to-data ratio: critic and actor steps per iteration (configs/20q.py:tiny takes 10 and 3).
-    "archer_utd2": ("ArCHer, 2x steps (20 critic, 6 actor)", "archer", ["critic_steps=20", "actor_steps=6"]),
-    "archer_utd4": ("ArCHer, 4x steps (40 critic, 12 actor)", "archer", ["critic_steps=40", "actor_steps=12"]),
+    "archer_utd2": ("ArCHer, 2x steps (20 critic, 6 actor)", "archer", ["critic_steps=20", "actor_steps=6"], None),
+    "archer_utd4": ("ArCHer, 4x steps (40 critic, 12 actor)", "archer", ["critic_steps=40", "actor_steps=12"], None),
     # PPO's own tuning at the same budget (its defaults: 4 epochs, minibatches of 32, actor_lr 1e-5).
-    "ppo_gae_lr3": ("PPO + gae, actor_lr 3e-5", "ppo", ["ppo.adv_estimator=gae", "learner.actor_lr=3e-5"]),
-    "ppo_gae_epochs8": ("PPO + gae, 8 epochs", "ppo", ["ppo.adv_estimator=gae", "ppo.epochs=8"]),
-    "ppo_gae_mb16": ("PPO + gae, minibatches of 16", "ppo", ["ppo.adv_estimator=gae", "batch_size=16"]),
+    "ppo_gae_lr3": ("PPO + gae, actor_lr 3e-5", "ppo", ["ppo.adv_estimator=gae", "learner.actor_lr=3e-5"], None),
+    "ppo_gae_epochs8": ("PPO + gae, 8 epochs", "ppo", ["ppo.adv_estimator=gae", "ppo.epochs=8"], None),
+    "ppo_gae_mb16": ("PPO + gae, minibatches of 16", "ppo", ["ppo.adv_estimator=gae", "batch_size=16"], None),
+    # Guess My City: offline ArCHer on the official dialogues, online ArCHer from it and from SFT.
+    "offline_archer": ("offline ArCHer (official dialogues)", "offline_archer", [f"offline.dataset={CITY_DATA}"],
+                       CITY_OFFLINE),
+    "online_from_offline": ("online ArCHer from offline ArCHer", "archer", ["init_from={offline}", "sft.steps=0"], CITY),
+    "online_from_sft": ("online ArCHer from SFT", "archer", [], CITY),
 }
 SETTINGS = {  # setting: (title, config, methods, seeds)
     "weak": ("20Q subset, weak SFT start (configs/20q.py:weak)", WEAK,
              ("archer", "ppo_gae", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
+    "full": ("20Q, all 157 objects, small models (configs/20q.py:small)", SMALL,
+             ("archer", "ppo_gae", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
     "utd": ("20Q subset, weak start: update-to-data ratio and PPO tuning", WEAK,
             ("archer_utd2", "archer_utd4", "ppo_gae_lr3", "ppo_gae_epochs8", "ppo_gae_mb16"), (0, 1)),
+    "city": ("Guess My City: offline, offline then online, online from SFT", CITY,
+             ("offline_archer", "online_from_offline", "online_from_sft"), (0, 1, 2)),
 }
 # The runs a setting's tables take from another setting (the same config and method).
 BORROWS = {"utd": {"weak": ("archer", "ppo_gae")}}
+# A method whose runs start from another method's run of the same seed, trained first.
+STARTS_FROM = {"online_from_offline": "offline_archer"}
 FILES = ("learning_hard.json", "learning_hard.png", "learning_hard.md")
 
 
@@ -76,9 +90,14 @@ def run_dir(workdir: Path, setting: str, method: str, seed: int) -> Path:
 
 
 def train(setting: str, method: str, seed: int, workdir: Path) -> dict:
-    """One run's summary (trained now, or found finished), labelled with its method."""
-    label, agent, overrides = METHODS[method]
-    summary = learning.run_one(SETTINGS[setting][1], workdir / setting / method, agent, seed, overrides)
+    """One run's summary (trained now, or found finished), labelled with its method; a run that
+    starts from another method's run trains that one first (or finds it finished)."""
+    label, agent, overrides, config = METHODS[method]
+    first = STARTS_FROM.get(method)
+    if first is not None:
+        train(setting, first, seed, workdir)
+        overrides = [o.format(offline=run_dir(workdir, setting, first, seed)) for o in overrides]
+    summary = learning.run_one(config or SETTINGS[setting][1], workdir / setting / method, agent, seed, overrides)
     return dict(summary, agent=label, method=method)
 
 
@@ -149,7 +168,8 @@ def report(setting: str, workdir: Path) -> dict | None:
     title, config, methods, seeds = SETTINGS[setting]
     return dict(setting=setting, title=title, config=config, threshold=threshold, rows=rows, quality=quality,
                 target=paper, curves=learning.curves(summaries),
-                overrides={m: METHODS[m][2] for m in dict.fromkeys(s["method"] for s in summaries)},
+                overrides={m: [o.replace(str(ROOT.parent), "..") for o in METHODS[m][2]]
+                           for m in dict.fromkeys(s["method"] for s in summaries)},
                 runs=[{k: s.get(k) for k in ("method", "agent", "env_samples", "evals", "wall_time_s",
                                              "benchmark_wall_s")} | dict(seed=s["config"]["seed"]) for s in summaries])
 
@@ -157,8 +177,9 @@ def report(setting: str, workdir: Path) -> dict | None:
 def markdown(results: list[dict]) -> str:
     parts = []
     for r in results:
-        parts += [f"## {r['title']}", "", f"Config `{r['config']}`; each method's keys besides it:", ""]
-        parts += [f"- {m}: {' '.join(o) or '(none)'}" for m, o in r["overrides"].items()] + [""]
+        parts += [f"## {r['title']}", "", f"Config `{r['config']}` unless a method names its own; each method's keys:", ""]
+        parts += [f"- {m}: {'`' + METHODS[m][3] + '` ' if METHODS[m][3] else ''}agent={METHODS[m][1]} {' '.join(o)}"
+                  for m, o in r["overrides"].items()] + [""]
         if r["rows"]:
             parts += [se.table(r["rows"], r["quality"], r["threshold"]), ""]
         else:
@@ -191,6 +212,9 @@ def _plot(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(results), figsize=(9.0 * len(results), 4.6), squeeze=False)
     for ax, r in zip(axes[0], results):
         for label, c in r["curves"].items():
+            if not any(c["env_samples"]):  # an offline run collects no samples: its final return, as a line
+                ax.axhline(c["mean"][-1], color="black", linestyle=":", linewidth=1.2, label=f"{label}: final {c['mean'][-1]:.2f}")
+                continue
             (line,) = ax.plot(c["env_samples"], c["mean"], marker="o", markersize=3, label=label)
             ax.fill_between(c["env_samples"], c["low"], c["high"], color=line.get_color(), alpha=0.15)
         if r["threshold"] is not None:
@@ -216,6 +240,18 @@ def commit(message: str) -> None:
         time.sleep(5)
 
 
+def to_train(settings: list[str], methods: list[str] | None, seeds: list[int] | None, workdir: Path) -> list[tuple]:
+    """The (setting, method, seed) runs to train, seed by seed: each setting's methods and seeds unless
+    given, less the finished ones, and less those another run starts from (that run trains them first)."""
+    jobs = [(setting, m, s) for setting in settings for s in (seeds or SETTINGS[setting][3])
+            for m in (methods or SETTINGS[setting][2])]
+    if any(METHODS[m][3] == CITY_OFFLINE for _, m, _ in jobs) and not CITY_DATA.is_file():
+        raise SystemExit(f"{CITY_DATA}: missing (the official Guess My City dialogues, needed by offline_archer)")
+    jobs = [(g, m, s) for g, m, s in jobs
+            if not any(STARTS_FROM.get(d) == m and (g, d, s) in jobs for d in STARTS_FROM)]
+    return [j for j in jobs if finished(*j, workdir) is None]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setting", nargs="+", default=[], choices=SETTINGS)
@@ -230,9 +266,7 @@ def main() -> None:
 
     start, lock = time.perf_counter(), threading.Lock()
     workdir = args.workdir.resolve()
-    jobs = [(setting, m, s) for setting in args.setting for s in (args.seeds or SETTINGS[setting][3])
-            for m in (args.methods or SETTINGS[setting][2])]
-    jobs = [j for j in jobs if finished(*j, workdir) is None] if not args.report else []
+    jobs = [] if args.report else to_train(args.setting, args.methods, args.seeds, workdir)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(train, *j, workdir): j for j in jobs}
         for future in as_completed(futures):

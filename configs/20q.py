@@ -23,6 +23,10 @@ scripted experts only (one asks random questions of the game, one asks informati
 random order and 30% redundant ones), so the warm-started policy wins about a fifth of the
 evaluation games (eval return about -9.8 where the optimal expert's is -3.1), and 40 iterations
 for RL to climb from there. ``benchmarks/learning_hard.py`` compares the methods on it.
+
+``small`` is the full game (157 objects, 20 turns, the embedded oracle) on a CPU: a 4-layer,
+128-wide GPT-2 and a matching RoBERTa built offline (``small:gpt2``, ``small:roberta``), SFT on a
+mix of the optimal expert and two faulty ones.
 """
 
 from __future__ import annotations
@@ -33,11 +37,11 @@ from archer_jax.config import PRESETS as COMMON, base_config, with_preset
 
 __all__ = ["PRESETS", "get_config"]
 
-PRESETS = (*COMMON, "weak")
+PRESETS = (*COMMON, "weak", "small")
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
-    """The config for ``preset``: "" (the paper's setting), "tiny", "micro" or "weak"."""
+    """The config for ``preset``: "" (the paper's setting), "tiny", "micro", "weak" or "small"."""
     return with_preset(base_config(), preset, "configs/20q.py", tiny={
         "env.name": "twenty_questions_subset", "iterations": 30, "rollout_size": 32, "eval_size": 32,
         "learner.actor_lr": 1e-5, "env.max_turns": 12,
@@ -47,4 +51,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         "rollout_size": 4, "eval_size": 4, "env.max_turns": 4, "sft.steps": 4, "sft.batch_size": 8, "sft.dialogues": 4,
     }, more={
         "weak": {"sft.experts": "random,redundant", "iterations": 40},
+        "small": {"env.name": "twenty_questions", "env.max_turns": 20, "model.policy": "small:gpt2",
+                  "model.critic": "small:roberta", "sft.experts": "optimal,random_order,redundant",
+                  "sft.dialogues": 512, "sft.steps": 600},
     })

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from archer_jax import config as config_lib
+from archer_jax.models.tiny import offline_model
 from archer_jax.run import report
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -55,12 +56,15 @@ def test_further_presets_build_on_tiny_and_are_listed_by_the_error():
     """A file's own presets (configs/20q.py's "weak") are its "tiny" with a few keys changed, and
     the unknown-preset error lists them; PPO's file offers the same ones."""
     twenty_q = load("20q.py")
-    assert twenty_q.PRESETS == ("", "tiny", "micro", "weak") == load("20q_ppo.py").PRESETS
+    assert twenty_q.PRESETS == ("", "tiny", "micro", "weak", "small") == load("20q_ppo.py").PRESETS
     tiny, weak = twenty_q.get_config("tiny").to_dict(), twenty_q.get_config("weak").to_dict()
     assert weak["sft"].pop("experts") == "random,redundant" and tiny["sft"].pop("experts") == "optimal,random_order"
     assert weak.pop("iterations") == 40 and tiny.pop("iterations") == 30
     assert weak == tiny
-    with pytest.raises(ValueError, match="known: '', 'tiny', 'micro', 'weak'"):
+    small = twenty_q.get_config("small")  # the whole game, on the small models built offline
+    assert (small.env.name, small.env.max_turns) == ("twenty_questions", 20)
+    assert (small.model.policy, small.model.critic) == ("small:gpt2", "small:roberta")
+    with pytest.raises(ValueError, match="known: '', 'tiny', 'micro', 'weak', 'small'"):
         twenty_q.get_config("strong")
 
 
@@ -87,7 +91,7 @@ def test_tiny_turn_limits_leave_room_for_the_optimal_expert(name):
 @pytest.mark.parametrize("name, preset", [(n, p) for n in FILES for p in load(n).PRESETS])
 def test_every_preset_validates(name, preset, tmp_path):
     c = load(name).get_config(preset)
-    if not c.model.policy.startswith("tiny:"):
+    if offline_model(c.model.policy) is None:
         # The paper's presets name hub models; offline (as in tests) those must already be in the
         # HF cache, so the rest of the config is checked with the offline tiny models instead.
         c.model.policy, c.model.critic = "tiny:gpt2", "tiny:roberta"

@@ -125,43 +125,57 @@ def train_tokenizer(kind: str, directory: str | os.PathLike, vocab_size: int = 1
     return tokenizer
 
 
-def tiny_config(kind: str, vocab_size: int) -> GPT2Config | LlamaConfig | RobertaConfig | T5Config:
-    """The tiny model config of ``kind`` for a tokenizer of ``vocab_size`` tokens."""
+# Sizes of the models built offline: ``tiny:<kind>`` (every test, the embedded default) and
+# ``small:<kind>``, wide and deep enough for the full 157-object Twenty Questions on a CPU.
+SIZES = {"tiny": dict(width=64, layers=2, heads=4), "small": dict(width=128, layers=4, heads=4)}
+PREFIXES = tuple(f"{size}:" for size in SIZES)
+
+
+def tiny_config(kind: str, vocab_size: int, size: str = "tiny") -> GPT2Config | LlamaConfig | RobertaConfig | T5Config:
+    """The model config of ``kind`` at ``size`` (:data:`SIZES`) for a tokenizer of ``vocab_size`` tokens."""
+    if size not in SIZES:
+        raise ValueError(f"model size must be one of {tuple(SIZES)}, got {size!r}")
+    width, layers, heads = SIZES[size]["width"], SIZES[size]["layers"], SIZES[size]["heads"]
     if kind == "gpt2":
         return GPT2Config(
-            vocab_size=vocab_size, n_positions=512, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0
+            vocab_size=vocab_size, n_positions=512, n_embd=width, n_layer=layers, n_head=heads, bos_token_id=0,
+            eos_token_id=0,
         )
     if kind == "llama":  # Llama-shaped: RMSNorm, RoPE, grouped-query attention (2 key/value heads), SwiGLU
         return LlamaConfig(
-            vocab_size=vocab_size, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=512, bos_token_id=0, eos_token_id=0,
+            vocab_size=vocab_size, hidden_size=width, intermediate_size=width * 11 // 4, num_hidden_layers=layers,
+            num_attention_heads=heads, num_key_value_heads=heads // 2, max_position_embeddings=512, bos_token_id=0,
+            eos_token_id=0,
         )
     if kind == "roberta":
         return RobertaConfig(
             vocab_size=vocab_size,
-            hidden_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=256,
+            hidden_size=width,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=4 * width,
             max_position_embeddings=514,
         )
     if kind == "t5":  # flan-t5-shaped: gated GELU, its own LM head (an oracle: noise, but every path runs)
-        return T5Config(vocab_size=vocab_size, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
-                        feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+        return T5Config(vocab_size=vocab_size, d_model=width, d_kv=width // heads, d_ff=2 * width, num_layers=layers,
+                        num_heads=heads, feed_forward_proj="gated-gelu", tie_word_embeddings=False)
     raise ValueError(f"tiny model kind must be one of {KINDS}, got {kind!r}")
 
 
-def build_tiny(kind: str, directory: str | os.PathLike, seed: int = 0) -> Path:
-    """Writes a randomly initialised tiny ``kind`` model and its tokenizer as an HF directory.
+def build_tiny(kind: str, directory: str | os.PathLike, seed: int = 0, size: str = "tiny") -> Path:
+    """Writes a randomly initialised ``kind`` model of ``size`` (:data:`SIZES`) and its tokenizer as an
+    HF directory.
 
-    Reuses ``directory`` when it already holds a tiny model of that kind. Returns its path.
+    Reuses ``directory`` when it already holds a model of that kind and size. Returns its path.
     """
     import jax
     from flax import nnx
 
     directory = Path(directory).expanduser()
-    if _holds_tiny(directory, kind):
+    if _holds_tiny(directory, kind, size):
         return directory
+    if (directory / "config.json").is_file():
+        raise ValueError(f"{directory}: holds another model than a {size} {kind}; pass an empty or new directory")
     directory.parent.mkdir(parents=True, exist_ok=True)
     # Built in a private sibling and renamed into place, so that processes sharing the directory
     # (the hosts of a run on one machine or one shared disk) never read a half-written model.
@@ -169,36 +183,49 @@ def build_tiny(kind: str, directory: str | os.PathLike, seed: int = 0) -> Path:
     try:
         staging.chmod(0o755)
         tokenizer = train_tokenizer(kind, staging, seed=seed)
-        config = tiny_config(kind, len(tokenizer))
+        config = tiny_config(kind, len(tokenizer), size)
         with jax.default_device(jax.local_devices(backend="cpu")[0]):
             model = ARCHITECTURES[kind].module_cls(config, rngs=nnx.Rngs(seed))
         save_pretrained(model, staging, tokenizer=tokenizer)
         try:
             os.rename(staging, directory)  # atomic; refused when another process's copy landed first
         except OSError:
-            if not _holds_tiny(directory, kind):
+            if not _holds_tiny(directory, kind, size):
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return directory
 
 
-def _holds_tiny(directory: Path, kind: str) -> bool:
+def _holds_tiny(directory: Path, kind: str, size: str = "tiny") -> bool:
     marker = directory / "config.json"
-    return marker.is_file() and json.loads(marker.read_text()).get("model_type") == kind
+    if not marker.is_file():
+        return False
+    found = json.loads(marker.read_text())
+    width = next((found[k] for k in ("n_embd", "hidden_size", "d_model") if k in found), None)
+    return found.get("model_type") == kind and width == SIZES[size]["width"]
+
+
+def offline_model(name: str) -> tuple[str, str] | None:
+    """``("small", "gpt2")`` for ``small:gpt2`` (a model built offline); None for any other name."""
+    size, sep, kind = name.partition(":")
+    return (size, kind) if sep and size in SIZES else None
 
 
 def tiny_kind(name: str) -> str | None:
-    """``llama`` for ``tiny:llama``; None for a name that is not a tiny model."""
-    return name[len(TINY_PREFIX):] if name.startswith(TINY_PREFIX) else None
+    """``llama`` for ``tiny:llama`` or ``small:llama`` (a model built offline); None for any other name."""
+    found = offline_model(name)
+    return found[1] if found else None
 
 
 def model_directory(name: str, workdir: str | os.PathLike) -> str:
-    """``tiny:<kind>`` is built (offline) under ``workdir/models``; anything else is a hub name or
-    directory for the loaders."""
-    kind = tiny_kind(name)
-    if kind is not None:
+    """``tiny:<kind>`` and ``small:<kind>`` are built (offline) under ``workdir/models``; anything
+    else is a hub name or directory for the loaders."""
+    found = offline_model(name)
+    if found is not None:
+        size, kind = found
         if kind not in KINDS:
-            raise ValueError(f"{name!r} is not a tiny model; known: {', '.join(TINY_PREFIX + k for k in KINDS)}")
-        return str(build_tiny(kind, Path(workdir) / "models" / f"tiny_{kind}"))
+            raise ValueError(f"{name!r} is not a model built offline; known: "
+                             f"{', '.join(p + k for p in PREFIXES for k in KINDS)}")
+        return str(build_tiny(kind, Path(workdir) / "models" / f"{size}_{kind}", size=size))
     return name

@@ -28,7 +28,7 @@ from archer_jax.errors import ConfigError
 from archer_jax.hub_names import is_cached
 from archer_jax.models import hub
 from archer_jax.models.pretrained import ARCHITECTURES, CAUSAL_LM_TYPES
-from archer_jax.models.tiny import tiny_config, tiny_kind
+from archer_jax.models.tiny import offline_model, tiny_config, tiny_kind
 
 KERNEL_FILE_SYSTEMS = (Path("/proc"), Path("/sys"))
 # The least a replay transition takes before its texts and tokens are stored: its slot in each
@@ -157,9 +157,10 @@ def check_sft_data(config: ml_collections.ConfigDict) -> None:
 def _model_config(name: str) -> tuple[str, dict] | None:
     """(``model_type``, the parsed ``config.json``) of a model name, without loading it; None
     when it cannot be had here (the loader then reports why)."""
-    kind = tiny_kind(name)
-    if kind is not None:
-        return kind, tiny_config(kind, vocab_size=1).to_hf_dict()
+    built = offline_model(name)
+    if built is not None:
+        size, kind = built
+        return kind, tiny_config(kind, vocab_size=1, size=size).to_hf_dict()
     found = hub.peek_config(name)
     if found is None:
         return None

@@ -26,9 +26,12 @@ def test_tokenizer_training_is_deterministic(tmp_path):
     assert a.get_vocab() == b.get_vocab()
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "roberta"])
-def test_tiny_model_is_an_hf_directory_that_torch_loads(tmp_path, kind):
-    directory = models.build_tiny(kind, tmp_path / kind)
+@pytest.mark.parametrize("kind, size", [("gpt2", "tiny"), ("roberta", "tiny"), ("gpt2", "small"), ("roberta", "small")])
+def test_tiny_model_is_an_hf_directory_that_torch_loads(tmp_path, kind, size):
+    directory = models.build_tiny(kind, tmp_path / kind, size=size)
+    layers, width = {"tiny": (2, 64), "small": (4, 128)}[size]
+    hf_config = ref.transformers.AutoConfig.from_pretrained(directory)
+    assert (hf_config.num_hidden_layers, hf_config.hidden_size) == (layers, width)
     model = models.load_pretrained(directory)
     tokenizer = models.load_tokenizer(directory)
     assert model.config.vocab_size == len(tokenizer)
@@ -50,6 +53,18 @@ def test_build_tiny_reuses_an_existing_directory(tmp_path):
     first = (directory / "model.safetensors").read_bytes()
     models.build_tiny("gpt2", directory, seed=1)
     assert (directory / "model.safetensors").read_bytes() == first
+    with pytest.raises(ValueError, match="holds another model than a small gpt2"):
+        models.build_tiny("gpt2", directory, size="small")
+    assert (directory / "model.safetensors").read_bytes() == first
+
+
+def test_model_names_of_both_sizes_are_built_under_the_workdir(tmp_path):
+    assert tiny.offline_model("small:roberta") == ("small", "roberta") and tiny.offline_model("gpt2") is None
+    assert tiny.offline_model("models/small:x") is None  # a path, not a size
+    assert tiny.model_directory("small:gpt2", tmp_path) == str(tmp_path / "models" / "small_gpt2")
+    assert tiny.model_directory("gpt2-medium", tmp_path) == "gpt2-medium"
+    with pytest.raises(ValueError, match="'small:bert' is not a model built offline"):
+        tiny.model_directory("small:bert", tmp_path)
 
 
 BUILDER = """

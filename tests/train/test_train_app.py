@@ -280,7 +280,7 @@ def test_non_finite_losses_are_skipped_counted_and_stop_the_run(tmp_path, monkey
         (dict(env__name="chess"), "config.env.name: unknown env 'chess'"),
         (dict(model__policy="/no/such/model"), "config.model.policy: model directory /no/such/model does not exist"),
         (dict(model__critic="./missing_roberta"), "config.model.critic: model directory ./missing_roberta does not exist"),
-        (dict(model__critic="tiny:gpt2"), "config.model.critic: 'tiny:gpt2' is not a tiny model for this role"),
+        (dict(model__critic="tiny:gpt2"), "config.model.critic: 'tiny:gpt2' is not a model built offline for this role"),
         (dict(model__policy="no-such-org/no-such-model"), "config.model.policy: cannot load 'no-such-org/no-such-model'"),
         (dict(learner__critic_lr=-1.0), r"config.learner.critic_lr: must be > 0"),
         (dict(learner__gamma=1.5), r"config.learner.gamma: must be in \[0, 1\]"),

@@ -1,0 +1,61 @@
+"""benchmarks/learning_hard.py's bookkeeping, on hand-made runs: which runs it trains (finished ones
+and those another run starts from are left out), and the paper's measure at PPO's final return."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def lh():
+    """The benchmark module, imported as its script does (from its own folder)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("learning_hard")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def summary(method: str, seed: int, returns: list[float], step: int = 100) -> dict:
+    evals = [{"env_samples": i * step, "eval/return": r} for i, r in enumerate(returns)]
+    return dict(method=method, agent=method, config=dict(seed=seed), evals=evals, env_samples=evals[-1]["env_samples"],
+                eval_return_before=returns[0], eval_return_after=returns[-1])
+
+
+def test_finished_runs_and_runs_others_start_from_are_not_trained(lh, tmp_path, monkeypatch):
+    monkeypatch.setattr(lh, "CITY_DATA", tmp_path / "city.json")
+    with pytest.raises(SystemExit, match="city.json: missing"):
+        lh.to_train(["city"], None, [0], tmp_path)
+    (tmp_path / "city.json").write_text("[]")
+    jobs = lh.to_train(["city"], None, [0, 1], tmp_path)
+    assert jobs == [("city", "online_from_offline", 0), ("city", "online_from_sft", 0),
+                    ("city", "online_from_offline", 1), ("city", "online_from_sft", 1)]
+    # Alone, the run others start from is trained as any other.
+    assert lh.to_train(["city"], ["offline_archer"], [0], tmp_path) == [("city", "offline_archer", 0)]
+    done = lh.run_dir(tmp_path, "weak", "chai", 1)
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text(json.dumps(summary("chai", 1, [-10.0, -9.0])))
+    jobs = lh.to_train(["weak"], ["archer", "chai"], [0, 1], tmp_path)
+    assert jobs == [("weak", "archer", 0), ("weak", "chai", 0), ("weak", "archer", 1)]
+
+
+def test_the_paper_measure_is_a_fraction_of_ppos_samples(lh):
+    ppo = [summary("ppo_gae", s, [-10.0, -9.0, -8.0, -7.0, -6.0]) for s in (0, 1)]  # -6 after 400 samples
+    archer = [summary("archer", 0, [-10.0, -6.0, -7.0, -5.0, -5.0]),  # first at 100, holds from 300
+              summary("archer", 1, [-10.0, -8.0, -5.5, -5.0, -4.0])]  # first at 200 and holds
+    runs = archer + ppo
+    final = -6.0
+    t = lh.target(lh.se.efficiency(runs, final), runs)
+    assert t["ppo_final_return"] == final and t["ppo_env_samples"] == 400
+    a = t["methods"]["archer"]
+    assert (a["mean_samples"], a["first_fraction_of_ppo"]) == (150, 150 / 400)
+    assert (a["mean_held"], a["held_fraction_of_ppo"]) == (250, 250 / 400)
+    assert t["methods"]["ppo_gae"]["first_fraction_of_ppo"] == 1.0
+    assert lh.target(lh.se.efficiency(archer, final), archer) is None  # no PPO runs: no measure
