@@ -50,6 +50,18 @@ def run_one(config: str, workdir: Path, agent: str, seed: int, overrides: list[s
     return summary
 
 
+def finished_summary(run_dir: Path) -> dict | None:
+    """The summary.json of a run that finished all its iterations; None for a run that has none or
+    stopped early (a run stopped by a signal or an error writes its summary too, with ``stopped``)."""
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    if summary.get("stopped") or summary["iterations"] < summary["config"]["iterations"]:
+        return None
+    return summary
+
+
 def aggregate(summaries: list[dict]) -> list[dict]:
     """One row per agent: eval return before/after (mean, spread over seeds), success, env samples."""
     rows = []

@@ -102,11 +102,10 @@ def train(setting: str, method: str, seed: int, workdir: Path) -> dict:
 
 
 def finished(setting: str, method: str, seed: int, workdir: Path) -> dict | None:
-    """A finished run's summary (None when it has not finished), labelled with its method."""
-    path = run_dir(workdir, setting, method, seed) / "summary.json"
-    if not path.exists():
-        return None
-    return dict(json.loads(path.read_text()), agent=METHODS[method][0], method=method)
+    """A finished run's summary (None when it has not finished, or stopped before its last
+    iteration: a stopped run writes its summary too), labelled with its method."""
+    summary = learning.finished_summary(run_dir(workdir, setting, method, seed))
+    return None if summary is None else dict(summary, agent=METHODS[method][0], method=method)
 
 
 def summaries_of(setting: str, workdir: Path) -> list[dict]:

@@ -62,8 +62,8 @@ def train(method: str, seed: int, workdir: Path) -> dict:
 def finished(method: str, seed: int, workdir: Path) -> dict | None:
     """A run of ``workdir`` that has finished (its summary.json), labelled with the method; None if it has not."""
     label, _, agent, _ = METHODS[method]
-    path = workdir / method / f"{agent}_seed{seed}" / "summary.json"
-    return dict(json.loads(path.read_text()), agent=label, method=method) if path.exists() else None
+    summary = learning.finished_summary(workdir / method / f"{agent}_seed{seed}")
+    return None if summary is None else dict(summary, agent=label, method=method)
 
 
 def reused(method: str, seed: int, previous: dict) -> dict:

@@ -25,8 +25,9 @@ def lh():
 
 def summary(method: str, seed: int, returns: list[float], step: int = 100) -> dict:
     evals = [{"env_samples": i * step, "eval/return": r} for i, r in enumerate(returns)]
-    return dict(method=method, agent=method, config=dict(seed=seed), evals=evals, env_samples=evals[-1]["env_samples"],
-                eval_return_before=returns[0], eval_return_after=returns[-1])
+    return dict(method=method, agent=method, config=dict(seed=seed, iterations=len(returns) - 1), evals=evals,
+                env_samples=evals[-1]["env_samples"], eval_return_before=returns[0], eval_return_after=returns[-1],
+                iterations=len(returns) - 1)
 
 
 def test_finished_runs_and_runs_others_start_from_are_not_trained(lh, tmp_path, monkeypatch):
@@ -42,8 +43,15 @@ def test_finished_runs_and_runs_others_start_from_are_not_trained(lh, tmp_path, 
     done = lh.run_dir(tmp_path, "weak", "chai", 1)
     done.mkdir(parents=True)
     (done / "summary.json").write_text(json.dumps(summary("chai", 1, [-10.0, -9.0])))
+    # A run stopped by a signal writes its summary too: it is not finished, and is trained (resumed).
+    stopped = lh.run_dir(tmp_path, "weak", "archer", 1)
+    stopped.mkdir(parents=True)
+    (stopped / "summary.json").write_text(json.dumps(dict(summary("archer", 1, [-10.0, -9.0]), stopped="SIGTERM")))
     jobs = lh.to_train(["weak"], ["archer", "chai"], [0, 1], tmp_path)
     assert jobs == [("weak", "archer", 0), ("weak", "chai", 0), ("weak", "archer", 1)]
+    short = dict(summary("archer", 1, [-10.0, -9.0]), iterations=1)  # stopped early by an error
+    (stopped / "summary.json").write_text(json.dumps(short))
+    assert ("weak", "archer", 1) in lh.to_train(["weak"], ["archer"], [1], tmp_path)
 
 
 def test_the_paper_measure_is_a_fraction_of_ppos_samples(lh):
