@@ -49,7 +49,8 @@ def test_finished_runs_and_runs_others_start_from_are_not_trained(lh, tmp_path, 
     (stopped / "summary.json").write_text(json.dumps(dict(summary("archer", 1, [-10.0, -9.0]), stopped="SIGTERM")))
     jobs = lh.to_train(["weak"], ["archer", "chai"], [0, 1], tmp_path)
     assert jobs == [("weak", "archer", 0), ("weak", "chai", 0), ("weak", "archer", 1)]
-    short = dict(summary("archer", 1, [-10.0, -9.0]), iterations=1)  # stopped early by an error
+    short = summary("archer", 1, [-10.0, -9.0])  # stopped early by an error: 1 of 3 iterations
+    short["config"]["iterations"] = 3
     (stopped / "summary.json").write_text(json.dumps(short))
     assert ("weak", "archer", 1) in lh.to_train(["weak"], ["archer"], [1], tmp_path)
 
