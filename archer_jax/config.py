@@ -53,7 +53,7 @@ from archer_jax.learners.offline_archer import IQLConfig
 from archer_jax.learners.ppo import PPOConfig
 from archer_jax.models import hub
 from archer_jax.models.tiny import CAUSAL_KINDS, PREFIXES, offline_model
-from archer_jax.parts_config import EnvConfig, LoopConfig, LoRAKeys, ModelConfig
+from archer_jax.parts_config import EnvConfig, LoopConfig, LoRAKeys, ModelConfig, RolloutConfig
 from archer_jax.sampling import SamplingParams
 from archer_jax.sft import SFTConfig
 from archer_jax.sharding import MeshConfig
@@ -84,7 +84,7 @@ RENAMED = {
 GROUPS = (("", (LoopConfig,), ()), ("model", (ModelConfig,), ()), ("model.lora", (LoRAKeys,), ()),
           ("env", (EnvConfig,), ()), ("learner", (LearnerConfig, IQLConfig), ()), ("ppo", (PPOConfig,), ("temperature",)),
           ("sampling", (SamplingParams,), ("greedy", "stop_strings", "stop_at_eos")), ("sft", (SFTConfig,), ()),
-          ("mesh", (MeshConfig,), ()))
+          ("mesh", (MeshConfig,), ()), ("rollout", (RolloutConfig,), ()))
 AGENT_GROUPS = (("offline", (DatasetConfig,), ()),)
 
 
@@ -119,7 +119,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.learner = _group("learner")
     # "auto" or a number: a reference that takes either type.
     c.learner.micro_batch_size = ml_collections.FieldReference(c.learner.micro_batch_size, field_type=object)
-    for name in ("offline", "ppo", "sft", "mesh"):
+    for name in ("offline", "ppo", "sft", "mesh", "rollout"):
         c[name] = _group(name)
     return c
 

@@ -53,6 +53,8 @@ KEY_DOCS: dict[str, str] = {
     "env.max_turns": "turn limit per dialogue (a cut there is a truncation, not an end)",
     "env.workers": "env worker processes (0 = in this process)",
     "env.timeout_s": "seconds of silence after which an env worker is restarted",
+    "rollout.staleness": "0 = collect, then learn; 1 = collect iteration k+1's dialogues (with the policy after k-1) while k learns",
+    "rollout.slots": "dialogues played at once (0 = all of an iteration's); a slot whose dialogue ends takes the next game",
     "sampling.max_new_tokens": "token limit of one utterance (must leave room for a prompt in the policy's positions)",
     "sampling.temperature": "rollout sampling temperature (evaluation is greedy)",
     "sampling.top_k": "sample from the k likeliest tokens only (0 = off)",

@@ -73,9 +73,10 @@ class InputPipeline:
 
     def transitions(self, episodes: Sequence[Episode], first_episode: int) -> dict[str, list]:
         """The replay columns of ``episodes`` (numbered from ``first_episode``): texts, rewards,
-        terminals, episode numbers and returns, and the token rows the learners need."""
+        terminals, episode numbers and returns, the staleness of the policy that played them, and
+        the token rows the learners need."""
         rows: dict[str, list] = {k: [] for k in ("observation", "action", "next_observation", "reward", "terminal",
-                                                  "episode", "episode_return")}
+                                                  "episode", "episode_return", "staleness")}
         for number, episode in enumerate(episodes, first_episode):
             n = len(episode)
             rows["observation"] += episode.observations
@@ -85,6 +86,7 @@ class InputPipeline:
             rows["terminal"] += [float(t) for t in episode.terminals]
             rows["episode"] += [number] * n
             rows["episode_return"] += [episode.total_return] * n
+            rows["staleness"] += [episode.staleness] * n
         if not rows["observation"]:
             return {}
         rows.update(self.token_columns(rows["observation"], rows["action"], rows["next_observation"]))

@@ -1,7 +1,7 @@
 """The keys of a run's loop and shared parts, with their defaults and checks: the top level's
 (:class:`LoopConfig`), ``config.model`` (:class:`ModelConfig`, :class:`LoRAKeys` for
-``config.model.lora``) and ``config.env`` (:class:`EnvConfig`; ``env.options`` is free-form,
-checked by the env's registry entry).
+``config.model.lora``), ``config.env`` (:class:`EnvConfig`; ``env.options`` is free-form,
+checked by the env's registry entry) and ``config.rollout`` (:class:`RolloutConfig`).
 
 Each ``__post_init__`` raises ValueError naming its key; :func:`archer_jax.config.validate`
 reports it as the one-line ``config.<group>.<key>: ...``. The agents' keys are their ``Config``s
@@ -142,3 +142,28 @@ class EnvConfig:
     def __post_init__(self):
         _at_least(self, "max_turns", "timeout_s")
         _at_least(self, "workers", zero=True)
+
+
+STALENESS = (0, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    """``config.rollout``: how the training dialogues are collected.
+
+    ``staleness`` 0 collects each iteration's dialogues, then learns from them. 1 collects the
+    dialogues of iteration k+1 with the policy as it stood after iteration k-1's update while
+    iteration k's learner steps run, so env steps, tokenization and replay inserts overlap device
+    work; the results depend on the setting, never on timing. ``slots`` is how many dialogues are
+    played at once: 0 plays all of an iteration's dialogues side by side; n keeps n running, and a
+    slot whose dialogue ends takes the iteration's next game (continuous batching). A dialogue
+    samples the same whatever slot it lands in, so ``slots`` changes speed, not results.
+    """
+
+    staleness: int = 0
+    slots: int = 0
+
+    def __post_init__(self):
+        if self.staleness not in STALENESS:
+            raise ValueError(f"staleness: must be 0 (serial) or 1 (one iteration ahead), got {self.staleness}")
+        _at_least(self, "slots", zero=True)

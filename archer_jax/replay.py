@@ -89,6 +89,14 @@ class ReplayBuffer:
         self.size = min(self.size + count, self.capacity)
         self.added += count
 
+    def add_column(self, name: str, fill: float) -> None:
+        """A number column every stored transition holds as ``fill`` (a buffer saved before the
+        column existed, resumed by code that adds it)."""
+        if name in self.kinds:
+            raise ValueError(f"the buffer already has a column {name!r}")
+        self.kinds[name] = "number"
+        self.columns[name] = np.full(self.capacity, fill, np.asarray(fill).dtype)
+
     def sample(self, count: int) -> dict[str, Any]:
         """``count`` transitions drawn uniformly with replacement."""
         if self.size == 0:

@@ -21,7 +21,9 @@ the transitions in its replay buffer:
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import threading
 from collections.abc import Callable, Sequence
 
 import jax
@@ -55,6 +57,8 @@ class Episode:
     # Env worker restarts while its batch was played (EnvPool.restarts): each batch charges them
     # to its first episode, so summing over episodes (hosts' batches included) counts restarts.
     worker_restarts: int = 0
+    # Updates the policy that played it lags behind the serial schedule's (config.rollout.staleness).
+    staleness: int = 0
 
     @property
     def total_return(self) -> float:
@@ -141,7 +145,7 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
 
 
 def _play(parts: Parts, act: AgentAct, states: States, seeds: Sequence[int], key, greedy: bool, label: str,
-          split: str = "train") -> list[Episode]:
+          split: str = "train", cancel: threading.Event | None = None) -> list[Episode]:
     """Plays ``seeds`` on ``split``'s tasks (this host its share,
     :func:`archer_jax.distributed.host_share`); every host returns all the episodes, in the order
     of ``seeds``. Dialogue ``g`` samples with keys folded with ``g``, whichever host plays it."""
@@ -153,21 +157,75 @@ def _play(parts: Parts, act: AgentAct, states: States, seeds: Sequence[int], key
 
     max_turns = parts.config.env.max_turns
     with report.progress_bar(max_turns, label, "turn") as bar:  # tqdm on a terminal, else a line every 30 s
+        def progress(turn: int) -> None:
+            bar.update(turn - bar.n)
+            if cancel is not None and cancel.is_set():
+                raise RolloutCancelled(label)
+
         mine = play(parts.pool, turn_act, [seeds[i] for i in share], max_turns=max_turns,
-                    progress=lambda t: bar.update(t - bar.n), split=split,
+                    progress=progress, split=split,
                     to_env=parts.pipeline.prompter.env_action) if len(share) else []
     return concat_gathered(mine)
 
 
-def collect(parts: Parts, act: AgentAct, states: States, iteration: int) -> list[Episode]:
+def collect(parts: Parts, act: AgentAct, states: States, iteration: int, staleness: int = 0,
+            cancel: threading.Event | None = None) -> list[Episode]:
     """``rollout_size`` dialogues with the agent's acting rule (sampling; CHAI: its choice), on the
     env's training tasks (``split="train"``: e.g. WebShop's training goals); with
     ``rollout_group_size`` k > 1, ``rollout_size / k`` games each played k times in a row (the same
-    seed: the same secret word or city), each sampled with its own key."""
+    seed: the same secret word or city), each sampled with its own key. The games and keys are
+    the iteration's, whenever and with whichever ``states`` it is played; ``staleness`` (how many
+    updates ``states`` lags behind the serial schedule's) is recorded in each episode. A set
+    ``cancel`` stops the rollout at its next turn (:class:`RolloutCancelled`)."""
     c = parts.config
     k = c.rollout_group_size  # rollouts per game (GRPO's groups): rollout_size / k games, each k times
     seeds = np.repeat(np.random.SeedSequence([c.seed, iteration]).generate_state(c.rollout_size // k), k)
-    return _play(parts, act, states, seeds, parts.key_for(ROLLOUT, iteration), False, f"rollouts {iteration}")
+    episodes = _play(parts, act, states, seeds, parts.key_for(ROLLOUT, iteration), False, f"rollouts {iteration}",
+                     cancel=cancel)
+    for episode in episodes:
+        episode.staleness = staleness
+    return episodes
+
+
+class RolloutCancelled(Exception):
+    """A rollout stopped by its ``cancel`` event (the run is stopping at once)."""
+
+
+def snapshot(states: States) -> States:
+    """Copies of the arrays an acting rule reads (parameters and targets; neither the optimizer
+    state nor the frozen base weights, which no step replaces), for a rollout that runs while the
+    learner's steps donate the originals."""
+    def copy(state):
+        if state is None:
+            return None
+        copied = lambda tree: None if tree is None else jax.tree.map(lambda x: x.copy(), tree)  # noqa: E731
+        return state._replace(params=copied(state.params), target=copied(state.target), opt_state=None)
+
+    return States(copy(states.actor), copy(states.critic))
+
+
+class AheadRollout:
+    """The rollout of ``iteration`` played in a background thread with a :func:`snapshot` of
+    ``states``, while the caller's learner steps run (``config.rollout.staleness`` 1; one process:
+    the programs of two threads would interleave differently on several hosts)."""
+
+    def __init__(self, parts: Parts, act: AgentAct, states: States, iteration: int):
+        self.iteration, self.cancel = iteration, threading.Event()
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")
+        self._future = self._thread.submit(collect, parts, act, snapshot(states), iteration, 1, self.cancel)
+        self._thread.shutdown(wait=False)
+
+    def result(self) -> list[Episode]:
+        """Waits for the rollout; its episodes."""
+        return self._future.result()
+
+    def abandon(self) -> None:
+        """Stops the rollout at its next turn and waits for that."""
+        self.cancel.set()
+        try:
+            self._future.result()
+        except RolloutCancelled:
+            pass
 
 
 def evaluate(parts: Parts, act: AgentAct, states: States) -> list[Episode]:
@@ -181,6 +239,8 @@ def evaluate(parts: Parts, act: AgentAct, states: States) -> list[Episode]:
 def store(parts: Parts, replay: ReplayBuffer, episodes: Sequence[Episode], first_episode: int) -> int:
     """Adds the episodes' transitions (texts and token rows) to ``replay``; returns how many."""
     rows = parts.pipeline.transitions(episodes, first_episode)
+    if rows and replay.kinds and "staleness" not in replay.kinds:  # a buffer saved before the column existed
+        replay.add_column("staleness", 0)
     if rows:
         replay.add(**rows)
     return len(rows.get("observation", ()))

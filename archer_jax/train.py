@@ -37,6 +37,7 @@ from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 
 from archer_jax import agents, distributed, handover, memory_plan, rollout, sft
 from archer_jax.agents.agent import Agent, timed
@@ -90,20 +91,34 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
             for iteration in range(loop.iteration + 1, c.iterations + 1):
                 t0 = time.perf_counter()
                 episodes, t_rollout = [], 0.0  # an offline agent learns from its dataset; envs only evaluate it
+                ahead, t_ahead = None, None
                 if agent.learns_from_rollouts:
-                    try:
-                        with interrupts.abandonable():  # nothing is kept of a rollout cut short
-                            episodes, t_rollout = timed(rollout.collect, parts, agent.act, states, iteration)  # roll out
-                    except Interrupted:
-                        break
-                    loop.env_samples += rollout.store(parts, replay, episodes, loop.episodes)  # into the replay buffer
-                    loop.episodes += len(episodes)
-                states, seconds = agent.learn(states, replay, iteration)  # critic, actor or BC steps
+                    if loop.collected < iteration:  # serial; one ahead: its first iteration, or a resume before it
+                        try:
+                            with interrupts.abandonable():  # nothing is kept of a rollout cut short
+                                episodes, t_rollout = timed(rollout.collect, parts, agent.act, states, iteration)
+                        except Interrupted:
+                            break
+                        _store(parts, replay, loop, episodes, iteration)  # into the replay buffer
+                    if c.rollout.staleness and iteration < c.iterations:  # the next one, while this one learns
+                        ahead = rollout.AheadRollout(parts, agent.act, states, iteration + 1)
+                try:
+                    states, seconds = agent.learn(states, replay, iteration)  # critic, actor or BC steps
+                    if ahead is not None:  # finished, not abandoned: the checkpoint holds it (an exact resume)
+                        more, t_ahead = timed(ahead.result)
+                        _store(parts, replay, loop, more, iteration + 1)
+                        episodes = episodes + more
+                        ahead = None
+                finally:
+                    if ahead is not None:  # an error or a second signal: stop the rollout before leaving
+                        ahead.abandon()
                 parts.metrics.check()  # the steps' metrics, fetched once: stops after too many non-finite steps
                 evaluation = None
                 if (c.eval_freq and iteration % c.eval_freq == 0) or iteration == c.iterations:
                     evaluation = timed(rollout.evaluate, parts, agent.act, states)  # greedy, on fixed games
                 seconds = dict(rollout=t_rollout, **seconds)
+                if t_ahead is not None:  # what the learner waited for the rollout played beside it
+                    seconds["rollout_wait"] = t_ahead
                 _record_iteration(parts, loop, writers, progress, iteration, episodes, replay, evaluation, seconds, t0)
                 stopping = interrupts.stop_requested()
                 if iteration % c.save_freq == 0 or iteration == c.iterations or stopping:
@@ -240,6 +255,13 @@ def _start_or_resume(agent: Agent, checkpoints: Checkpoints, writers: report.Wri
     return states, replay, loop
 
 
+def _store(parts: Parts, replay, loop: LoopState, episodes, iteration: int) -> None:
+    """The rollout of ``iteration`` into the replay buffer, and the loop's counters."""
+    loop.env_samples += rollout.store(parts, replay, episodes, loop.episodes)
+    loop.episodes += len(episodes)
+    loop.collected = iteration
+
+
 def _record_iteration(parts: Parts, loop: LoopState, writers: report.Writers, progress: report.Progress,
                       iteration: int, episodes, replay, evaluation: tuple | None, seconds: dict[str, float],
                       start: float) -> None:
@@ -247,6 +269,8 @@ def _record_iteration(parts: Parts, loop: LoopState, writers: report.Writers, pr
     loop's history, history.jsonl, TensorBoard and the console (with the run's ETA)."""
     c = parts.config
     metrics = {f"rollout/{k}": v for k, v in rollout.summarize(episodes).items()} if episodes else {}
+    if episodes and c.rollout.staleness:  # the updates the policy that played them lags the serial one by
+        metrics["rollout/staleness"] = float(np.mean([e.staleness for e in episodes]))
     metrics.update(parts.metrics.means())
     metrics.update(env_samples=loop.env_samples, episodes=loop.episodes, replay_size=len(replay))
     if evaluation is not None:

@@ -35,6 +35,7 @@ from archer_jax.learners.networks import Networks
 from archer_jax.learners.ppo import PPOBatch, PPOConfig, ppo_step, token_stats
 from archer_jax.learners.train_state import States, TrainState
 from archer_jax.models.tokenizer import Tokens, next_power_of_two
+from archer_jax.parts_config import RolloutConfig
 from archer_jax.replay import ReplayBuffer
 
 
@@ -49,9 +50,14 @@ class Config(archer.Config):
     # Rollouts per game: rollout_size / k games, each played k times in a row (GRPO's groups; 1 =
     # every dialogue its own game). A top-level key: the rollouts of every agent follow it.
     rollout_group_size: int = 1
+    rollout: RolloutConfig = group(RolloutConfig)
 
     def __post_init__(self):
         super().__post_init__()
+        if self.rollout.staleness:  # log π_old is the learner's policy, not the one that played
+            raise ValueError(f"rollout.staleness: PPO learns on-policy (its ratios are to the policy it starts the "
+                             f"iteration with), so its dialogues cannot be collected ahead; set 0, not "
+                             f"{self.rollout.staleness}")
         k = self.rollout_group_size
         if self.ppo.estimator.needs_groups and k < 2:
             raise ValueError(f"rollout_group_size: adv_estimator {self.ppo.adv_estimator!r} compares rollouts of "

@@ -19,6 +19,9 @@ class LoopState:
     iteration: int = 0
     env_samples: int = 0  # transitions collected
     episodes: int = 0  # dialogues collected
+    # The last iteration whose rollout is in the replay buffer: the iteration itself when collection
+    # is serial, the next one when it runs one ahead (config.rollout.staleness). 0 in older checkpoints.
+    collected: int = 0
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # one row of metrics per iteration
     evals: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # greedy evaluations (iteration 0: before)
     sft: dict[str, Any] | None = None  # the warm start's summary, if there was one

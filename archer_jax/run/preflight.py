@@ -50,6 +50,15 @@ def check(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None
     check_sft_data(config)
     check_models(config)
     check_mesh(config.mesh, jax.device_count())
+    check_rollout(config, jax.process_count())
+
+
+def check_rollout(config: ml_collections.ConfigDict, processes: int) -> None:
+    """Collection one iteration ahead runs in one process: two threads' programs would interleave
+    differently on several hosts."""
+    if config.rollout.staleness and processes > 1:
+        raise ConfigError(f"config.rollout.staleness: {config.rollout.staleness} runs in one process, not "
+                          f"{processes}; set 0 for a run over several hosts")
 
 
 def _nearest_existing(path: Path) -> Path:
