@@ -5,8 +5,9 @@
 
 ``act(observations, turn, games) -> actions`` is called once per turn with the observations of
 the dialogues still running and their positions in ``seeds`` (the sampler, CHAI, or a scripted
-expert behind it; the sampler keys each dialogue's samples by its game, so they do not depend on
-which other games are still running). An action of None
+expert behind it; the sampler keys each dialogue's samples by its game and turn, so they do not
+depend on which other games are still running). With ``slots`` (continuous batching) the rows
+are at different turns, and ``turn`` is a list of them. An action of None
 ends its dialogue there, untaken (a walkthrough that has run out, an expert with nothing to say).
 This is the library's one play loop: training rollouts, evaluations and SFT demonstrations all
 come from it.
@@ -35,8 +36,9 @@ from archer_jax.learners.train_state import States
 from archer_jax.parts import EVAL, ROLLOUT, Parts
 from archer_jax.replay import ReplayBuffer
 from archer_jax.run import report
+from archer_jax.sampling.decoding import row_keys
 
-Act = Callable[[list[str], int, list[int]], Sequence[str | None]]
+Act = Callable[[list[str], "int | list[int]", list[int]], Sequence[str | None]]
 # An agent's acting rule: (states, observations, key, greedy, rows) -> one utterance each.
 AgentAct = Callable[["States", Sequence[str], jax.Array, bool, Sequence[int]], list[str]]
 EVAL_SEED = 10**6  # evaluation dialogues use fixed seeds, the same every evaluation
@@ -77,37 +79,52 @@ def play(
     progress: Callable[[int], None] | None = None,
     split: str = "train",
     to_env: Callable[[str], str] | None = None,
+    slots: int = 0,
 ) -> list[Episode]:
-    """Plays one episode in each of the first ``len(seeds)`` envs of ``pool``, on ``split``'s
-    tasks ("train", or "eval" for evaluations: see :mod:`archer_jax.envs.base`).
+    """Plays one episode of each of ``seeds`` on ``split``'s tasks ("train", or "eval" for
+    evaluations: see :mod:`archer_jax.envs.base`), in the order of ``seeds``.
+
+    ``slots`` 0 (or at least ``len(seeds)``) plays them side by side in the first ``len(seeds)``
+    envs of ``pool``, turn by turn, and calls ``act`` with the turn number and ``progress(turn)``
+    after each turn. ``slots`` n keeps n dialogues running in the first n envs: a slot whose
+    dialogue ends takes the next game at once (continuous batching), ``act`` gets each row's own
+    turn (a list), and ``progress(dialogues finished)`` is called as they end.
 
     Envs end their own episodes; any still running after ``max_turns`` turns is cut there as
-    truncated, as is one whose action is None. ``progress(turn)`` is called after each turn.
-    ``to_env`` maps an utterance to the action the env receives (e.g. the question in a JSON
-    answer); the episode keeps the utterance itself.
+    truncated, as is one whose action is None. ``to_env`` maps an utterance to the action the env
+    receives (e.g. the question in a JSON answer); the episode keeps the utterance itself.
     """
     n = len(seeds)
-    if n > pool.num_envs:
-        raise ValueError(f"{n} episodes need {n} envs; the pool has {pool.num_envs}")
+    width = n if not slots or slots >= n else slots
+    if width > pool.num_envs:
+        raise ValueError(f"{width} episodes need {width} envs; the pool has {pool.num_envs}"
+                         + ("" if width == n else f" (rollout.slots={slots} plays {width} at once)"))
     restarts = pool.restarts
-    observations = pool.reset([int(s) for s in seeds], indices=range(n), split=split)
     episodes = [Episode() for _ in range(n)]
-    running = list(range(n))
-    for turn in range(max_turns):
-        if not running:
+    game = list(range(width))  # the game each slot plays (None: no game left for it)
+    turn = [0] * width
+    waiting = iter(range(width, n))
+    observations = pool.reset([int(seeds[g]) for g in game], indices=range(width), split=split)
+    lockstep, finished, rounds = width == n, 0, 0
+    while True:
+        running = [i for i in range(width) if game[i] is not None]
+        if not running or (lockstep and rounds == max_turns):
             break
-        actions = list(act([observations[i] for i in running], turn, list(running)))
+        turns = turn[0] if lockstep else [turn[i] for i in running]
+        actions = list(act([observations[i] for i in running], turns, [game[i] for i in running]))
         if len(actions) != len(running):
             raise ValueError(f"act returned {len(actions)} actions for {len(running)} observations")
         step_actions: list[str | None] = [None] * pool.num_envs
         for i, action in zip(running, actions):
             step_actions[i] = action if action is None or to_env is None else to_env(action)
         results = pool.step(step_actions)
-        still = []
+        ended = []
         for i, action in zip(running, actions):
-            result, episode = results[i], episodes[i]
+            result, episode = results[i], episodes[game[i]]
+            turn[i] += 1
             if action is None:
                 episode.truncated = True
+                ended.append(i)
                 continue
             episode.observations.append(observations[i])
             episode.actions.append(action)
@@ -118,13 +135,29 @@ def play(
             observations[i] = result.observation
             if result.done:
                 episode.success, episode.truncated = bool(result.info.success), bool(result.info.truncated)
-            else:
-                still.append(i)
-        running = still
-        if progress is not None:
-            progress(turn + 1)
-    for i in running:
-        episodes[i].truncated = True
+                ended.append(i)
+            elif turn[i] == max_turns:  # cut at the turn limit
+                episode.truncated = True
+                ended.append(i)
+        rounds += 1
+        if lockstep:
+            for i in ended:
+                game[i] = None
+            if progress is not None:
+                progress(rounds)
+            continue
+        refill = []
+        for i in ended:
+            game[i], turn[i] = next(waiting, None), 0
+            if game[i] is not None:
+                refill.append(i)
+        if refill:
+            for i, observation in zip(refill, pool.reset([int(seeds[game[i]]) for i in refill], indices=refill,
+                                                          split=split)):
+                observations[i] = observation
+        finished += len(ended)
+        if progress is not None and ended:
+            progress(finished)
     if episodes:
         episodes[0].worker_restarts = pool.restarts - restarts
     return episodes
@@ -150,21 +183,25 @@ def _play(parts: Parts, act: AgentAct, states: States, seeds: Sequence[int], key
     :func:`archer_jax.distributed.host_share`); every host returns all the episodes, in the order
     of ``seeds``. Dialogue ``g`` samples with keys folded with ``g``, whichever host plays it."""
     share = host_share(len(seeds))
+    slots = parts.config.rollout.slots
+    lockstep = not slots or slots >= len(share)
 
-    def turn_act(observations: list[str], turn: int, games: list[int]) -> list[str]:
+    def turn_act(observations: list[str], turn: int | list[int], games: list[int]) -> list[str]:
         rows = [share.start + g for g in games]
-        return act(states, observations, jax.random.fold_in(key, turn), greedy, rows)
+        keys = jax.random.fold_in(key, turn) if lockstep else row_keys(key, turn)  # each row its own turn's key
+        return act(states, observations, keys, greedy, rows)
 
     max_turns = parts.config.env.max_turns
-    with report.progress_bar(max_turns, label, "turn") as bar:  # tqdm on a terminal, else a line every 30 s
-        def progress(turn: int) -> None:
-            bar.update(turn - bar.n)
+    total, unit = (max_turns, "turn") if lockstep else (len(share), "dialogue")
+    with report.progress_bar(total, label, unit) as bar:  # tqdm on a terminal, else a line every 30 s
+        def progress(done: int) -> None:
+            bar.update(done - bar.n)
             if cancel is not None and cancel.is_set():
                 raise RolloutCancelled(label)
 
         mine = play(parts.pool, turn_act, [seeds[i] for i in share], max_turns=max_turns,
-                    progress=progress, split=split,
-                    to_env=parts.pipeline.prompter.env_action) if len(share) else []
+                    progress=progress, split=split, to_env=parts.pipeline.prompter.env_action,
+                    slots=slots) if len(share) else []
     return concat_gathered(mine)
 
 

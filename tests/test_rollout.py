@@ -52,3 +52,33 @@ def test_bad_act_and_too_many_episodes_fail_clearly():
             rollout.play(pool, lambda obs, t, games: obs, seeds=[0, 1, 2], max_turns=3)
         with pytest.raises(ValueError, match="act returned 1 actions for 2 observations"):
             rollout.play(pool, lambda obs, t, games: ["x"], seeds=[0, 1], max_turns=3)
+
+
+def test_continuous_batching_refills_slots_and_plays_the_same_dialogues():
+    """With ``slots``, a slot whose dialogue ends takes the next game at once, the rows of one call
+    are at different turns, and the episodes (in the order of the seeds) are those of playing all
+    games side by side, since the acting rule depends only on each dialogue's game and turn."""
+    def act(calls):
+        def chosen(obs, turn, games):
+            turns = turn if isinstance(turn, list) else [turn] * len(obs)
+            calls.append((list(games), turns))
+            # Game g guesses right at turn g % 4 (its answer is in the subset), else asks.
+            return [f"Is it {SUBSET[seeds[g] % len(SUBSET)]}?" if t == g % 4 else "Is it alive?"
+                    for g, t in zip(games, turns)]
+        return chosen
+
+    seeds = list(range(7))
+    side_by_side, slotted = [], []
+    with EnvPool(functools.partial(TwentyQuestionsSubset), num_envs=7) as pool:
+        reference = rollout.play(pool, act(side_by_side), seeds=seeds, max_turns=5)
+        finished = []
+        episodes = rollout.play(pool, act(slotted), seeds=seeds, max_turns=5, slots=3, progress=finished.append)
+    assert [(e.actions, e.rewards, e.success, e.truncated) for e in episodes] == \
+        [(e.actions, e.rewards, e.success, e.truncated) for e in reference]
+    assert all(len(games) <= 3 for games, _ in slotted) and max(len(g) for g, _ in side_by_side) == 7
+    assert any(len(set(turns)) > 1 for _, turns in slotted)  # rows at different turns in one call
+    assert sum(len(g) for g, _ in slotted) == sum(len(g) for g, _ in side_by_side)  # no call for a finished game
+    assert finished[-1] == 7 and finished == sorted(finished)
+    with EnvPool(functools.partial(TwentyQuestionsSubset), num_envs=2) as pool:
+        with pytest.raises(ValueError, match=r"3 episodes need 3 envs; the pool has 2 \(rollout.slots=3 plays 3 at once\)"):
+            rollout.play(pool, act([]), seeds=seeds, max_turns=3, slots=3)

@@ -10,6 +10,7 @@ from scipy import stats
 from archer_jax import models, sharding
 from archer_jax.models import tiny
 from archer_jax.sampling import Sampler, SamplingParams, stop_token_table
+from archer_jax.sampling.decoding import row_keys
 from tests import hf_reference as ref
 
 torch = ref.torch
@@ -211,6 +212,23 @@ def test_row_ids_key_each_row_wherever_it_sits(sampler):
         np.testing.assert_array_equal(fanned.tokens[j], sampler.generate(PROMPTS[:1], key, params, row_ids=[12 + j]).tokens[0])
     with pytest.raises(ValueError, match=r"row_ids has shape \(2,\), expected \(1,\)"):
         sampler.generate(PROMPTS[:1], key, params, row_ids=[1, 2])
+
+
+def test_rows_at_different_turns_draw_what_each_turns_batch_draws(sampler):
+    """One key per row (``row_keys``: the turn's key of each row's dialogue): a batch whose rows are
+    at different turns (continuous batching) samples each row as the batch of its own turn would,
+    also with several samples per prompt."""
+    params, prompts = SamplingParams(max_new_tokens=8), PROMPTS[:4]
+    key, turns, ids = jax.random.key(5), [0, 3, 3, 7], [10, 11, 12, 13]
+    mixed = sampler.generate(prompts, row_keys(key, turns), params, row_ids=ids)
+    for i, turn in enumerate(turns):
+        own = sampler.generate(prompts, jax.random.fold_in(key, turn), params, row_ids=ids)
+        np.testing.assert_array_equal(mixed.tokens[i], own.tokens[i])
+    fanned = sampler.generate(prompts[:2], row_keys(key, turns[:2]), params, samples=2, row_ids=ids[:2])
+    own = sampler.generate(prompts[1:2], jax.random.fold_in(key, 3), params, samples=2, row_ids=ids[1:2])
+    np.testing.assert_array_equal(fanned.tokens[2:], own.tokens)
+    with pytest.raises(ValueError, match=r"key has shape \(2,\), expected \(\) or \(4,\)"):
+        sampler.generate(prompts, row_keys(key, [0, 1]), params)
 
 
 def test_same_bucket_compiles_nothing_new(policy):

@@ -150,10 +150,19 @@ def filter_logits(logits: Array, sampling: SamplingParams) -> Array:
 
 def row_uniforms(key: Array, row_ids: Array | int, steps: int) -> Array:
     """``[rows, steps]`` uniforms in [0, 1): entry (i, t) is drawn from ``fold_in(fold_in(key, row_ids[i]), t)``
-    (``row_ids`` an int: ``arange(row_ids)``)."""
+    (``row_ids`` an int: ``arange(row_ids)``). ``key`` is one key, or one per row (``[rows]``: rows
+    at different turns of their dialogues, each with the key of its own turn)."""
     ids = jnp.arange(row_ids) if isinstance(row_ids, int) else row_ids
-    draw = lambda r, t: jax.random.uniform(jax.random.fold_in(jax.random.fold_in(key, r), t), ())  # noqa: E731
-    return jax.vmap(lambda r: jax.vmap(lambda t: draw(r, t))(jnp.arange(steps)))(ids)
+    draw = lambda k, r, t: jax.random.uniform(jax.random.fold_in(jax.random.fold_in(k, r), t), ())  # noqa: E731
+    if not jnp.ndim(key):
+        return jax.vmap(lambda r: jax.vmap(lambda t: draw(key, r, t))(jnp.arange(steps)))(ids)
+    return jax.vmap(lambda k, r: jax.vmap(lambda t: draw(k, r, t))(jnp.arange(steps)))(key, ids)
+
+
+def row_keys(key: Array, turns: Sequence[int]) -> Array:
+    """``[rows]`` keys, ``fold_in(key, turns[i])`` each: rows at different turns sample, in one
+    batch, what each would sample in a batch of its own turn (whose key is ``fold_in(key, turn)``)."""
+    return jax.vmap(lambda t: jax.random.fold_in(key, t))(jnp.asarray(turns, jnp.int32))
 
 
 def sample_categorical(u: Array, logits: Array) -> Array:
@@ -245,6 +254,8 @@ def prefill(
         fan_out = lambda x: jnp.repeat(x, samples, axis=0)  # noqa: E731
         cache, slot_mask, logits, active = jax.tree.map(fan_out, (cache, slot_mask, logits, active))
         row_ids = (row_ids[:, None] * samples + jnp.arange(samples)[None]).reshape(-1)
+        if jnp.ndim(key):  # one key per prompt: each of its samples draws from it
+            key = jnp.repeat(key, samples)
         batch *= samples
     if state_shardings is not None:
         cache = jax.lax.with_sharding_constraint(cache, state_shardings.cache)
@@ -363,6 +374,16 @@ def _row_ids(row_ids: Sequence[int] | None, prompts: int, rows: int) -> np.ndarr
             raise ValueError(f"row_ids has shape {given.shape}, expected ({prompts},): one id per prompt")
         ids[:prompts] = given
     return ids
+
+
+def _padded_keys(key: Array, prompts: int, rows: int) -> Array:
+    """One key, or one per prompt padded to ``rows`` (padding rows take the first prompt's: their
+    samples are dropped)."""
+    if not jnp.ndim(key):
+        return key
+    if key.shape != (prompts,):
+        raise ValueError(f"key has shape {key.shape}, expected () or ({prompts},): one key, or one per prompt")
+    return jnp.concatenate([key, jnp.repeat(key[:1], rows - prompts)]) if rows > prompts else key
 
 
 def _pad_to_buckets(
@@ -557,6 +578,7 @@ class Decoder:
         model_state = self.model_state if model_state is None else jax.device_put(model_state, self.param_shardings)
         stop_table = self._stop_table(sampling)
         ids, mask, active, numbers = _placed(self.mesh, ids, mask, active, _row_ids(row_ids, prompt_ids.shape[0], rows))
+        key = _padded_keys(key, prompt_ids.shape[0], rows)
         state = prefill_fn(model_state, ids, mask, active, stop_table, key, np.asarray(sampling.greedy), numbers)
         state = decode_fn(model_state, state, stop_table)
         return SampledTokens(state.tokens, state.lengths, state.logprobs, state.sample_logprobs)

@@ -49,17 +49,21 @@ def test_every_transition_records_the_staleness_of_the_policy_that_played_it(ahe
 
 @pytest.mark.slow
 def test_kill_9_then_the_same_command_resumes_exactly_as_the_run_that_went_straight(ahead, tmp_path):
+    """The killed run also plays in 3 slots (continuous batching), the straight one all 4 dialogues
+    at once: which slot a dialogue lands in changes nothing either."""
     reference = ahead[2]
-    flags = ["--config.iterations=4", "--config.save_freq=2", "--config.eval_freq=2", "--config.rollout.staleness=1"]
+    flags = ["--config.iterations=4", "--config.save_freq=2", "--config.eval_freq=2", "--config.rollout.staleness=1",
+             "--config.rollout.slots=3"]
     process = subprocess.Popen(cli(tmp_path, *flags), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for(lambda: 2 in _complete_steps(tmp_path), process)
     process.send_signal(signal.SIGKILL)
     process.wait()
 
-    summary = train_and_evaluate(micro(**AHEAD), tmp_path)
+    slotted = micro(**AHEAD, rollout__slots=3)
+    summary = train_and_evaluate(slotted, tmp_path)
     assert summary["resumed_at_iteration"] in (2, 3)
     ref_actor, ref_critic, ref_replay, ref_loop = reference
-    actor, critic, replay, loop = restored(tmp_path, micro(**AHEAD))
+    actor, critic, replay, loop = restored(tmp_path, slotted)
     assert_same_tree(actor.params, ref_actor.params)
     assert_same_tree(critic.params, ref_critic.params)
     assert without_time(loop["history"]) == without_time(ref_loop["history"])
