@@ -1,0 +1,204 @@
+"""Rollouts that never wait: iteration wall time and env samples per second of serial collection
+against collection one iteration ahead (``rollout.staleness=1``) and against that plus continuous
+batching (``rollout.slots``), and the learning curve of 20Q tiny at staleness 0 and 1.
+
+Timing cases (ArCHer, the train app, every mode from the same SFT warm start via ``init_from``):
+
+* ``20q_tiny``: ``configs/20q.py:tiny`` (the embedded knowledge-base oracle: a fast env).
+* ``webshop_50ms``: ``configs/webshop.py:tiny`` against the local WebShop stand-in of the tests
+  (tests/envs/fake_webshop.py), which waits 50 ms before each answer: a slow env server.
+* ``20q_t5``: ``configs/20q.py:tiny`` with a flan-t5-small-shaped T5 oracle (random weights: its
+  answers are noise, its cost is the real oracle's): an env that computes.
+
+Each run takes ``--iterations`` iterations with no evaluation in between; the figures are over
+the iterations after the first (which compiles): mean seconds per iteration, env samples collected
+per second of those iterations, and the seconds of each phase. The learning runs are
+``benchmarks/learning.py``'s (``configs/20q.py:tiny``, 3 seeds), at staleness 0 and 1.
+
+    python benchmarks/rollout_overlap.py                        # timing, then learning (--jobs 2)
+    python benchmarks/rollout_overlap.py --skip-learning        # timing only
+    python benchmarks/rollout_overlap.py --skip-timing --jobs 2 # learning only
+
+Finished runs are not trained again (the benchmark resumes with the same command). Writes
+``benchmarks/results/rollout_overlap.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import learning
+from common import RESULTS, machine, portable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.envs import fake_webshop  # noqa: E402  (the WebShop stand-in the tests serve)
+
+TINY = "configs/20q.py:tiny"
+MODES = {  # mode: overrides
+    "serial": [],
+    "ahead": ["rollout.staleness=1"],
+    "ahead_slots": ["rollout.staleness=1", "rollout.slots={slots}"],
+}
+LATENCY_S = 0.05
+
+
+class SlowShop(fake_webshop.Shop):
+    """The WebShop stand-in, answering each request after :data:`LATENCY_S`."""
+
+    def handle_one_request(self):
+        time.sleep(LATENCY_S)
+        super().handle_one_request()
+
+
+def train(config: str, workdir: Path, overrides: list[str], log_name: str = "train.log") -> dict:
+    """Runs the train app (or finds it finished); its summary and history."""
+    summary = learning.finished_summary(workdir)
+    if summary is None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "archer_jax.train", f"--config={config}", f"--workdir={workdir}",
+               *[f"--config.{o}" for o in overrides]]
+        with (workdir / log_name).open("a") as log:
+            done = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=log,
+                                  stderr=subprocess.STDOUT)
+        if done.returncode:
+            raise RuntimeError(f"{workdir} failed (exit {done.returncode}); see {workdir / log_name}")
+        summary = json.loads((workdir / "summary.json").read_text())
+    history = [json.loads(line) for line in (workdir / "history.jsonl").read_text().splitlines()]
+    return dict(summary=summary, history=history)
+
+
+def timing_row(case: str, mode: str, run: dict) -> dict:
+    """Seconds per iteration and env samples per second over the iterations after the first."""
+    rows = run["history"][1:]
+    seconds = sum(r["time/iteration"] for r in rows)
+    samples = run["history"][-1]["env_samples"] - run["history"][0]["env_samples"]
+    phases = sorted({k for r in rows for k in r if k.startswith("time/") and k != "time/iteration"})
+    return dict(case=case, mode=mode, iterations=len(rows), iteration_s=seconds / len(rows),
+                env_samples=samples, samples_per_s=samples / seconds,
+                **{k.removeprefix("time/") + "_s": statistics.mean(r.get(k, 0.0) for r in rows) for k in phases})
+
+
+@contextlib.contextmanager
+def case_setup(case: str, workdir: Path, warm: Path):
+    """(config, overrides) of a timing case, with its server or oracle ready."""
+    common = ["eval_freq=0", "save_freq=1000", "eval_size=4"]
+    if case == "20q_tiny":
+        yield TINY, common + [f"init_from={warm}", "sft.steps=0"]
+    elif case == "20q_t5":
+        oracle = workdir / "t5_oracle"
+        if not (oracle / "config.json").is_file():
+            import oracle as oracle_benchmark  # benchmarks/oracle.py: a random flan-t5-small
+
+            oracle_benchmark.build(oracle)
+        yield TINY, common + [f"init_from={warm}", "sft.steps=0", f"env.options.oracle=t5:{oracle}"]
+    elif case == "webshop_50ms":
+        with fake_webshop.serve(SlowShop) as url:
+            goals = f"(0,{len(fake_webshop.INSTRUCTIONS)})"
+            yield "configs/webshop.py:tiny", common + [f"env.options.base_url={url}", f"env.options.train_goals={goals}",
+                                                       f"env.options.eval_goals={goals}"]
+    else:
+        raise ValueError(case)
+
+
+def timing(args) -> list[dict]:
+    workdir = args.workdir / "timing"
+    # One SFT warm start (one iteration after it) that every 20Q mode starts from.
+    warm = workdir / "warm_start"
+    train(TINY, warm, ["iterations=1", "eval_freq=0"])
+    rows = []
+    for case in args.cases:
+        for mode in args.modes:
+            with case_setup(case, workdir, warm) as (config, overrides):
+                slots = args.slots
+                extra = [o.format(slots=slots) for o in MODES[mode]]
+                run = train(config, workdir / case / mode, overrides + [f"iterations={args.iterations}"] + extra)
+            row = timing_row(case, mode, run)
+            rows.append(dict(row, slots=slots if "slots" in mode else 0))
+            print(f"{case:>13} {mode:>11}: {row['iteration_s']:.2f} s/iteration, {row['samples_per_s']:.1f} env samples/s",
+                  flush=True)
+    for row in rows:
+        serial = next(r for r in rows if r["case"] == row["case"] and r["mode"] == "serial")
+        row["speedup_samples_per_s"] = row["samples_per_s"] / serial["samples_per_s"]
+    return rows
+
+
+def learning_runs(args) -> dict:
+    """20Q tiny, 3 seeds, at staleness 0 and 1: final returns and curves."""
+    jobs = [(mode, seed) for seed in args.seeds for mode in ("serial", "ahead")]
+    overrides = {"serial": [], "ahead": ["rollout.staleness=1"]}
+
+    def one(mode: str, seed: int) -> dict:
+        summary = learning.run_one(TINY, args.workdir / "learning" / mode, "archer", seed, overrides[mode])
+        return dict(summary, agent=mode)
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        summaries = list(pool.map(lambda j: one(*j), jobs))
+    quality = learning.aggregate(summaries)
+    serial = next(q for q in quality if q["agent"] == "serial")
+    for q in quality:
+        q["within_serial_spread"] = serial["after_min"] <= q["after_mean"] <= serial["after_max"]
+    return dict(quality=quality, curves=learning.curves(summaries),
+                runs=[dict(mode=s["agent"], seed=s["config"]["seed"], evals=s["evals"], env_samples=s["env_samples"],
+                           wall_time_s=s["wall_time_s"]) for s in summaries])
+
+
+def markdown(rows: list[dict], learned: dict | None) -> str:
+    lines = []
+    if rows:
+        lines += ["| case | mode | s / iteration | env samples / s | vs serial | rollout s | rollout wait s "
+                  "| critic s | actor s |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            cells = [r["case"], r["mode"] + (f" ({r['slots']} slots)" if r["slots"] else ""), f"{r['iteration_s']:.2f}",
+                     f"{r['samples_per_s']:.1f}", f"{r['speedup_samples_per_s']:.2f}x"]
+            cells += [f"{r[k]:.2f}" if r.get(k) is not None else "-" for k in ("rollout_s", "rollout_wait_s",
+                                                                              "critic_s", "actor_s")]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    if learned:
+        lines += [learning.table(learned["quality"]), ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", nargs="+", default=["20q_tiny", "webshop_50ms", "20q_t5"])
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--iterations", type=int, default=6)
+    parser.add_argument("--slots", type=int, default=8, help="slots of the continuous-batching mode")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=2, help="learning runs trained at once")
+    parser.add_argument("--skip-timing", action="store_true")
+    parser.add_argument("--skip-learning", action="store_true")
+    parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "rollout_overlap")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    args.workdir = args.workdir.resolve()
+
+    start = time.perf_counter()
+    path = args.out / "rollout_overlap.json"
+    previous = json.loads(path.read_text()) if path.is_file() else {}
+    rows = previous.get("rows", []) if args.skip_timing else timing(args)
+    learned = previous.get("learning") if args.skip_learning else learning_runs(args)
+    result = dict(benchmark="rollout_overlap", machine=machine(), latency_s=LATENCY_S,
+                  config=dict(vars(args), workdir=str(args.workdir), out=str(args.out)),
+                  seconds=time.perf_counter() - start, rows=rows, learning=learned)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(portable(result), indent=2) + "\n")
+    text = markdown(rows, learned)
+    (args.out / "rollout_overlap.md").write_text(text)
+    print(text)
+    print(f"wrote {path} and rollout_overlap.md ({time.perf_counter() - start:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
