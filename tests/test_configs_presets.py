@@ -58,7 +58,7 @@ def test_further_presets_build_on_tiny_and_are_listed_by_the_error():
     twenty_q = load("20q.py")
     assert twenty_q.PRESETS == ("", "tiny", "micro", "weak", "small") == load("20q_ppo.py").PRESETS
     tiny, weak = twenty_q.get_config("tiny").to_dict(), twenty_q.get_config("weak").to_dict()
-    assert weak["sft"].pop("experts") == "random,redundant" and tiny["sft"].pop("experts") == "optimal,random_order"
+    assert weak["sft"].pop("experts") == "optimal,random,random,random" and tiny["sft"].pop("experts") == "optimal,random_order"
     assert weak.pop("iterations") == 40 and tiny.pop("iterations") == 30
     assert weak == tiny
     small = twenty_q.get_config("small")  # the whole game, on the small models built offline
