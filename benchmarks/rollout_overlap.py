@@ -5,14 +5,17 @@ batching (``rollout.slots``), and the learning curve of 20Q tiny at staleness 0 
 Timing cases (ArCHer, the train app, every mode from the same SFT warm start via ``init_from``):
 
 * ``20q_tiny``: ``configs/20q.py:tiny`` (the embedded knowledge-base oracle: a fast env).
-* ``webshop_50ms``: ``configs/webshop.py:tiny`` against the local WebShop stand-in of the tests
-  (tests/envs/fake_webshop.py), which waits 50 ms before each answer: a slow env server.
+* ``webshop_50ms``: ``configs/webshop.py:tiny`` with 64 sessions per iteration (where the tiny
+  preset has 16: the official setting plays 512, and there the rollout is most of the time)
+  against the local WebShop stand-in of the tests (tests/envs/fake_webshop.py), which waits 50 ms
+  before each answer: a slow env server.
 * ``20q_t5``: ``configs/20q.py:tiny`` with a flan-t5-small-shaped T5 oracle (random weights: its
   answers are noise, its cost is the real oracle's): an env that computes.
 
 Each run takes ``--iterations`` iterations with no evaluation in between; the figures are over
-the iterations after the first (which compiles): mean seconds per iteration, env samples collected
-per second of those iterations, and the seconds of each phase. The learning runs are
+the iterations after the first (which compiles) and before the last, each of which collects one
+rollout in every mode: mean seconds per iteration, env samples collected per second of those
+iterations, and the seconds of each phase. The learning runs are
 ``benchmarks/learning.py``'s (``configs/20q.py:tiny``, 3 seeds), at staleness 0 and 1.
 
     python benchmarks/rollout_overlap.py                        # timing, then learning (--jobs 2)
@@ -78,10 +81,12 @@ def train(config: str, workdir: Path, overrides: list[str], log_name: str = "tra
 
 
 def timing_row(case: str, mode: str, run: dict) -> dict:
-    """Seconds per iteration and env samples per second over the iterations after the first."""
-    rows = run["history"][1:]
+    """Seconds per iteration and env samples collected per second in the steady state: the
+    iterations after the first (which compiles; one ahead, it also collects two rollouts) and
+    before the last (one ahead, it collects none), each of which collects one rollout."""
+    rows = run["history"][1:-1]
     seconds = sum(r["time/iteration"] for r in rows)
-    samples = run["history"][-1]["env_samples"] - run["history"][0]["env_samples"]
+    samples = run["history"][-2]["env_samples"] - run["history"][0]["env_samples"]
     phases = sorted({k for r in rows for k in r if k.startswith("time/") and k != "time/iteration"})
     return dict(case=case, mode=mode, iterations=len(rows), iteration_s=seconds / len(rows),
                 env_samples=samples, samples_per_s=samples / seconds,
@@ -105,7 +110,7 @@ def case_setup(case: str, workdir: Path, warm: Path):
         with fake_webshop.serve(SlowShop) as url:
             goals = f"(0,{len(fake_webshop.INSTRUCTIONS)})"
             yield "configs/webshop.py:tiny", common + [f"env.options.base_url={url}", f"env.options.train_goals={goals}",
-                                                       f"env.options.eval_goals={goals}"]
+                                                       f"env.options.eval_goals={goals}", "rollout_size=64"]
     else:
         raise ValueError(case)
 
@@ -119,7 +124,8 @@ def timing(args) -> list[dict]:
     for case in args.cases:
         for mode in args.modes:
             with case_setup(case, workdir, warm) as (config, overrides):
-                slots = args.slots
+                rollout = int(next((o.split("=")[1] for o in overrides if o.startswith("rollout_size=")), 32))
+                slots = args.slots or rollout // 2
                 extra = [o.format(slots=slots) for o in MODES[mode]]
                 run = train(config, workdir / case / mode, overrides + [f"iterations={args.iterations}"] + extra)
             row = timing_row(case, mode, run)
@@ -173,8 +179,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=["20q_tiny", "webshop_50ms", "20q_t5"])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    parser.add_argument("--iterations", type=int, default=6)
-    parser.add_argument("--slots", type=int, default=8, help="slots of the continuous-batching mode")
+    parser.add_argument("--iterations", type=int, default=6, help="per timing run (at least 3)")
+    parser.add_argument("--slots", type=int, default=None,
+                        help="slots of the continuous-batching mode (default: half of each case's rollout)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=2, help="learning runs trained at once")
     parser.add_argument("--skip-timing", action="store_true")
