@@ -110,7 +110,7 @@ def play(
         running = [i for i in range(width) if game[i] is not None]
         if not running or (lockstep and rounds == max_turns):
             break
-        turns = turn[0] if lockstep else [turn[i] for i in running]
+        turns = rounds if lockstep else [turn[i] for i in running]  # side by side: every row at the same turn
         actions = list(act([observations[i] for i in running], turns, [game[i] for i in running]))
         if len(actions) != len(running):
             raise ValueError(f"act returned {len(actions)} actions for {len(running)} observations")

@@ -1,6 +1,7 @@
 """Rollouts through the env pool: transitions, endings, the max_turns cut, summaries."""
 
 import functools
+import random
 
 import numpy as np
 import pytest
@@ -62,11 +63,12 @@ def test_continuous_batching_refills_slots_and_plays_the_same_dialogues():
         def chosen(obs, turn, games):
             turns = turn if isinstance(turn, list) else [turn] * len(obs)
             calls.append((list(games), turns))
-            # Game g guesses right at turn g % 4 (its answer is in the subset), else asks.
-            return [f"Is it {SUBSET[seeds[g] % len(SUBSET)]}?" if t == g % 4 else "Is it alive?"
-                    for g, t in zip(games, turns)]
+            # Game g guesses its secret at turn g % 4 (the env draws it from its seed), else asks.
+            return [f"Is it {secret(seeds[g])}?" if t == g % 4 else "Is it alive?" for g, t in zip(games, turns)]
         return chosen
 
+    objects = TwentyQuestionsSubset().objects
+    secret = lambda seed: random.Random(seed).choice(objects).name  # noqa: E731
     seeds = list(range(7))
     side_by_side, slotted = [], []
     with EnvPool(functools.partial(TwentyQuestionsSubset), num_envs=7) as pool:
@@ -75,6 +77,10 @@ def test_continuous_batching_refills_slots_and_plays_the_same_dialogues():
         episodes = rollout.play(pool, act(slotted), seeds=seeds, max_turns=5, slots=3, progress=finished.append)
     assert [(e.actions, e.rewards, e.success, e.truncated) for e in episodes] == \
         [(e.actions, e.rewards, e.success, e.truncated) for e in reference]
+    # Each game ended at its own turn: a win at turn g % 4.
+    assert [(len(e), e.success) for e in reference] == [(g % 4 + 1, True) for g in range(7)]
+    # Side by side, every call's rows are at the same turn, and it counts on after games end.
+    assert [turns[0] for _, turns in side_by_side] == [0, 1, 2, 3] and all(len(set(t)) == 1 for _, t in side_by_side)
     assert all(len(games) <= 3 for games, _ in slotted) and max(len(g) for g, _ in side_by_side) == 7
     assert any(len(set(turns)) > 1 for _, turns in slotted)  # rows at different turns in one call
     assert sum(len(g) for g, _ in slotted) == sum(len(g) for g, _ in side_by_side)  # no call for a finished game
