@@ -16,6 +16,11 @@ The loop (ArCHer, Zhou et al. 2024, Algorithm 1, online), in :func:`train_and_ev
         every eval_freq: greedy eval; every save_freq: checkpoint (never after a non-finite step)
     summary.json, learning_curve.png (history.jsonl grows by a line per iteration)
 
+With ``rollout.staleness=1`` the rollout of iteration k+1 is played in a background thread with a
+copy of the policy after iteration k-1 while iteration k learns, and is stored before iteration
+k's checkpoint (:class:`archer_jax.rollout.AheadRollout`); ``loop.collected`` says which
+rollouts the replay buffer holds.
+
 A workdir that already holds a checkpoint is resumed from its newest one that loads, exactly; a
 changed config is applied or refused as :mod:`archer_jax.run.config_changes` says. SIGINT/SIGTERM
 save a checkpoint and stop; every stop (a signal, non-finite losses, an error) writes the reports.
