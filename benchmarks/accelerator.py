@@ -14,6 +14,8 @@ time a stage leaves unused goes to the later ones; none starts with under a minu
   llm_7b            benchmarks/llm_7b.py at the Mistral-7B shape, else fewer layers
   train_20q_base    3 iterations of the train app at the paper's setting with random base-size GPT-2
                     and RoBERTa built here (no download); per-iteration times from history.jsonl
+  rollout_overlap   benchmarks/rollout_overlap.py --cases 20q_base: the paper's setting with serial
+                    collection, collection one iteration ahead, and that plus continuous batching
   plan_vs_measured  archer_jax.plan's predicted program times (when that module exists) beside iteration's
   parity            the parity-marked tests (float32 matmuls at "highest", as tests/conftest.py pins them)
 
@@ -42,8 +44,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
-STAGES = ("env", "iteration", "plan_vs_measured", "llm_7b", "train_20q_base", "parity")
-SHARES = dict(env=0.02, iteration=0.28, llm_7b=0.25, train_20q_base=0.22, plan_vs_measured=0.03, parity=0.20)
+STAGES = ("env", "iteration", "plan_vs_measured", "llm_7b", "train_20q_base", "rollout_overlap", "parity")
+SHARES = dict(env=0.02, iteration=0.28, llm_7b=0.25, train_20q_base=0.22, plan_vs_measured=0.03, rollout_overlap=0.3,
+              parity=0.20)
 MIN_STAGE_S, GRACE_S, TAIL = 60.0, 15.0, 4000
 FLOOR = dict(env=120.0)  # a stage's least timeout (env imports every optional package)
 PARITY_PATHS = ["tests/models", "tests/test_import_official.py", "tests/test_sampling.py", "tests/learners",
@@ -274,6 +277,21 @@ def stage_train_20q_base(c: Campaign, budget: float) -> dict:
                                        iterations_done=len(rows)))
 
 
+def stage_rollout_overlap(c: Campaign, budget: float) -> dict:
+    if why := missing("ml_collections"):
+        return dict(status="skipped", reason=f"{why}: run benchmarks/carry_for_accelerator.sh and carry .carry")
+    out = c.out / "rollout_overlap"
+    cmd = [sys.executable, str(BENCH / "rollout_overlap.py"), "--cases", "20q_base", "--skip-learning",
+           "--iterations", "4", f"--out={out}", f"--workdir={c.tmp / 'rollout_overlap'}"] + (["--smoke"] if c.smoke else [])
+    run = c.run("rollout_overlap", cmd, budget)
+    path = out / "rollout_overlap.json"
+    if c.dry or not path.exists():
+        return dict(runs=[run])
+    rows = json.loads(path.read_text()).get("rows", [])
+    return dict(runs=[run], result=dict(rows=rows), note="modes that finished before the stage's end; each row's "
+                "figures are over the iterations after the first (which compiles) and before the last")
+
+
 def stage_plan_vs_measured(c: Campaign, budget: float) -> dict:
     if why := missing("archer_jax.plan"):
         return dict(status="skipped", reason=f"{why}: archer_jax/plan.py is not in this tree")
@@ -357,6 +375,9 @@ def summary_line(name: str, rec: dict) -> str:
     if name == "train_20q_base" and res:
         its = [r.get("time/iteration") for r in res.get("per_iteration", [])]
         return f"{res.get('iterations_done')} iterations, s each: " + ", ".join(f"{t:.1f}" for t in its if t)
+    if name == "rollout_overlap" and res:
+        return "; ".join(f"{r['mode']} {r['iteration_s']:.1f} s/it, {r['samples_per_s']:.1f} samples/s"
+                         for r in res.get("rows", []))
     if name == "parity" and res:
         return ", ".join(f"{k} {v}" for k, v in res.get("counts", {}).items())
     if name == "plan_vs_measured" and res:

@@ -11,6 +11,10 @@ Timing cases (ArCHer, the train app, every mode from the same SFT warm start via
   before each answer: a slow env server.
 * ``20q_t5``: ``configs/20q.py:tiny`` with a flan-t5-small-shaped T5 oracle (random weights: its
   answers are noise, its cost is the real oracle's): an env that computes.
+* ``20q_base`` (for a GPU or TPU): ``configs/20q.py``, the paper's setting (128 dialogues, 50
+  critic and 3 actor steps per iteration, the actor learning from iteration 2), with a random
+  base-size GPT-2 and RoBERTa built on the spot (``accelerator.py --build-models``: nothing is
+  downloaded) and the embedded oracle; ``--smoke`` runs it at the ``micro`` shapes.
 
 Each run takes ``--iterations`` iterations with no evaluation in between; the figures are over
 the iterations after the first (which compiles) and before the last, each of which collects one
@@ -21,6 +25,7 @@ iterations, and the seconds of each phase. The learning runs are
     python benchmarks/rollout_overlap.py                        # timing, then learning (--jobs 2)
     python benchmarks/rollout_overlap.py --skip-learning        # timing only
     python benchmarks/rollout_overlap.py --skip-timing --jobs 2 # learning only
+    python benchmarks/rollout_overlap.py --cases 20q_base --skip-learning --iterations 4 --out DIR  # a GPU
 
 Finished runs are not trained again (the benchmark resumes with the same command). Writes
 ``benchmarks/results/rollout_overlap.{json,md}``.
@@ -74,7 +79,8 @@ def train(config: str, workdir: Path, overrides: list[str], log_name: str = "tra
             done = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=log,
                                   stderr=subprocess.STDOUT)
         if done.returncode:
-            raise RuntimeError(f"{workdir} failed (exit {done.returncode}); see {workdir / log_name}")
+            tail = "\n".join((workdir / log_name).read_text(errors="replace").splitlines()[-30:])
+            raise RuntimeError(f"{workdir} failed (exit {done.returncode}); the end of {workdir / log_name}:\n{tail}")
         summary = json.loads((workdir / "summary.json").read_text())
     history = [json.loads(line) for line in (workdir / "history.jsonl").read_text().splitlines()]
     return dict(summary=summary, history=history)
@@ -93,10 +99,26 @@ def timing_row(case: str, mode: str, run: dict) -> dict:
                 **{k.removeprefix("time/") + "_s": statistics.mean(r.get(k, 0.0) for r in rows) for k in phases})
 
 
+def base_models(directory: Path, smoke: bool) -> Path:
+    """Random base-size GPT-2 and RoBERTa (tiny ones with ``smoke``) in ``directory``, built once on
+    the CPU in a subprocess of their own (so that this process never claims the accelerator)."""
+    if not (directory / "roberta" / "config.json").is_file():
+        cmd = [sys.executable, str(ROOT / "benchmarks" / "accelerator.py"), "--build-models", str(directory)]
+        subprocess.run(cmd + (["--smoke"] if smoke else []), cwd=ROOT, check=True,
+                       env=dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1"))
+    return directory
+
+
 @contextlib.contextmanager
-def case_setup(case: str, workdir: Path, warm: Path):
-    """(config, overrides) of a timing case, with its server or oracle ready."""
+def case_setup(case: str, workdir: Path, warm: Path | None, smoke: bool = False):
+    """(config, overrides) of a timing case, with its server, oracle or models ready."""
     common = ["eval_freq=0", "save_freq=1000", "eval_size=4"]
+    if case == "20q_base":
+        models = base_models(workdir / ("models_smoke" if smoke else "models_base"), smoke)
+        yield ("configs/20q.py:micro" if smoke else "configs/20q.py"), common + [
+            f"model.policy={models / 'gpt2'}", f"model.critic={models / 'roberta'}", "sft.steps=0", "warmup_iter=1",
+            f"rollout_size={4 if smoke else 128}"]
+        return
     if case == "20q_tiny":
         yield TINY, common + [f"init_from={warm}", "sft.steps=0"]
     elif case == "20q_t5":
@@ -115,26 +137,30 @@ def case_setup(case: str, workdir: Path, warm: Path):
         raise ValueError(case)
 
 
-def timing(args) -> list[dict]:
+def timing(args, done=lambda rows: None) -> list[dict]:
+    """The timing rows, each case and mode; ``done(rows)`` after each run."""
     workdir = args.workdir / "timing"
-    # One SFT warm start (one iteration after it) that every 20Q mode starts from.
-    warm = workdir / "warm_start"
-    train(TINY, warm, ["iterations=1", "eval_freq=0"])
+    # One SFT warm start (one iteration after it) that every tiny 20Q mode starts from.
+    warm = workdir / "warm_start" if {"20q_tiny", "20q_t5"} & set(args.cases) else None
+    if warm:
+        train(TINY, warm, ["iterations=1", "eval_freq=0"])
     rows = []
     for case in args.cases:
         for mode in args.modes:
-            with case_setup(case, workdir, warm) as (config, overrides):
+            with case_setup(case, workdir, warm, args.smoke) as (config, overrides):
                 rollout = int(next((o.split("=")[1] for o in overrides if o.startswith("rollout_size=")), 32))
                 slots = args.slots or rollout // 2
                 extra = [o.format(slots=slots) for o in MODES[mode]]
                 run = train(config, workdir / case / mode, overrides + [f"iterations={args.iterations}"] + extra)
             row = timing_row(case, mode, run)
-            rows.append(dict(row, slots=slots if "slots" in mode else 0))
+            rows.append(dict(row, slots=slots if "slots" in mode else 0, per_iteration=[
+                {k: v for k, v in r.items() if k == "iteration" or k.startswith("time/")} for r in run["history"]]))
             print(f"{case:>13} {mode:>11}: {row['iteration_s']:.2f} s/iteration, {row['samples_per_s']:.1f} env samples/s",
                   flush=True)
-    for row in rows:
-        serial = next(r for r in rows if r["case"] == row["case"] and r["mode"] == "serial")
-        row["speedup_samples_per_s"] = row["samples_per_s"] / serial["samples_per_s"]
+            for row in rows:
+                serial = next((r for r in rows if r["case"] == row["case"] and r["mode"] == "serial"), None)
+                row["speedup_samples_per_s"] = row["samples_per_s"] / serial["samples_per_s"] if serial else None
+            done(rows)
     return rows
 
 
@@ -164,8 +190,9 @@ def markdown(rows: list[dict], learned: dict | None) -> str:
         lines += ["| case | mode | s / iteration | env samples / s | vs serial | rollout s | rollout wait s "
                   "| critic s | actor s |", "|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
+            speedup = r.get("speedup_samples_per_s")
             cells = [r["case"], r["mode"] + (f" ({r['slots']} slots)" if r["slots"] else ""), f"{r['iteration_s']:.2f}",
-                     f"{r['samples_per_s']:.1f}", f"{r['speedup_samples_per_s']:.2f}x"]
+                     f"{r['samples_per_s']:.1f}", f"{speedup:.2f}x" if speedup else "-"]
             cells += [f"{r[k]:.2f}" if r.get(k) is not None else "-" for k in ("rollout_s", "rollout_wait_s",
                                                                               "critic_s", "actor_s")]
             lines.append("| " + " | ".join(cells) + " |")
@@ -177,7 +204,8 @@ def markdown(rows: list[dict], learned: dict | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", nargs="+", default=["20q_tiny", "webshop_50ms", "20q_t5"])
+    parser.add_argument("--cases", nargs="+", default=["20q_tiny", "webshop_50ms", "20q_t5"],
+                        choices=["20q_tiny", "webshop_50ms", "20q_t5", "20q_base"])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--iterations", type=int, default=6, help="per timing run (at least 3)")
     parser.add_argument("--slots", type=int, default=None,
@@ -186,6 +214,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="learning runs trained at once")
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-learning", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="20q_base at the micro shapes, with tiny models")
     parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "rollout_overlap")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -194,16 +223,25 @@ def main() -> None:
     start = time.perf_counter()
     path = args.out / "rollout_overlap.json"
     previous = json.loads(path.read_text()) if path.is_file() else {}
-    rows = previous.get("rows", []) if args.skip_timing else timing(args)
-    learned = previous.get("learning") if args.skip_learning else learning_runs(args)
-    result = dict(benchmark="rollout_overlap", machine=machine(), latency_s=LATENCY_S,
-                  config=dict(vars(args), workdir=str(args.workdir), out=str(args.out)),
-                  seconds=time.perf_counter() - start, rows=rows, learning=learned)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(portable(result), indent=2) + "\n")
-    text = markdown(rows, learned)
-    (args.out / "rollout_overlap.md").write_text(text)
-    print(text)
+    learned = previous.get("learning")
+
+    def write(rows: list[dict], learned: dict | None) -> str:
+        # machine() only once every run is over: this process claims no accelerator while they train.
+        result = dict(benchmark="rollout_overlap", machine=machine() if finished else None, latency_s=LATENCY_S,
+                      config=dict(vars(args), workdir=str(args.workdir), out=str(args.out)),
+                      seconds=time.perf_counter() - start, rows=rows, learning=learned)
+        args.out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(portable(result), indent=2) + "\n")
+        text = markdown(rows, learned)
+        (args.out / "rollout_overlap.md").write_text(text)
+        return text
+
+    finished = False
+    rows = previous.get("rows", []) if args.skip_timing else timing(args, lambda rows: write(rows, learned))
+    if not args.skip_learning:
+        learned = learning_runs(args)
+    finished = True
+    print(write(rows, learned))
     print(f"wrote {path} and rollout_overlap.md ({time.perf_counter() - start:.0f} s)")
 
 
