@@ -68,15 +68,16 @@ _LOST_SIGNS = ("Gloo", "Connection closed by peer", "Connection reset by peer", 
                "Socket closed", "failed to connect")
 
 
-def _cluster_detected() -> bool:
-    """Whether JAX recognises a cluster it can initialise itself (Cloud TPU VMs and pod slices,
-    GKE TPU, SLURM, Open MPI)."""
+def _cluster_detected() -> list[str]:
+    """The clusters JAX recognises and could initialise itself (Cloud TPU VMs and pod slices, GKE
+    TPU, SLURM, Open MPI, Kubernetes), by name; empty when there is none."""
     try:
         from jax._src import clusters
 
-        return any(env.is_env_present() for env in clusters.ClusterEnv._cluster_types)
+        return [env.__name__ for env in clusters.ClusterEnv._cluster_types
+                if not getattr(env, "opt_in_only_method", False) and env.is_env_present()]
     except (ImportError, AttributeError):  # a JAX without that module: only explicit settings
-        return False
+        return []
 
 
 def settings(coordinator: str | None = None, num_processes: int | None = None,
@@ -106,13 +107,22 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     """Starts JAX's distributed runtime when the run is multi-process (explicit settings, or a
     cluster JAX detects); returns whether it did. Call before any computation."""
     explicit = settings(coordinator, num_processes, process_id)
-    if explicit is None and not _cluster_detected():
+    detected = [] if explicit else _cluster_detected()
+    if explicit is None and not detected:
         return False
     try:  # CPU devices of different processes talk through gloo (GPU and TPU programs are unaffected)
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     except (AttributeError, ValueError):
         pass
-    jax.distributed.initialize(**(explicit or {}))
+    try:
+        jax.distributed.initialize(**(explicit or {}))
+    except ValueError as e:  # e.g. a container in Kubernetes that is no multi-process job: no coordinator
+        if explicit:
+            raise
+        log.warning("JAX recognised a cluster (%s) but could not start a multi-process run from it (%s); training "
+                    "as one process (--coordinator, --num_processes and --process_id start several)",
+                    ", ".join(detected), e)
+        return False
     _exchange_identities()
     log.info("process %d of %d: %d local devices, %d in all", jax.process_index(), jax.process_count(),
              jax.local_device_count(), jax.device_count())

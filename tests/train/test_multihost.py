@@ -171,3 +171,25 @@ def test_missing_settings_are_one_line(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: multi-process training needs --num_processes")
+
+
+class _ClusterWithoutCoordinator:
+    """A cluster environment JAX recognises but cannot start from (as in a plain Kubernetes pod)."""
+    name, opt_in_only_method = "no_coordinator", False
+    is_env_present = staticmethod(lambda: True)
+    get_coordinator_address = staticmethod(lambda **_: None)
+    get_process_count = get_process_id = get_local_process_id = staticmethod(lambda: None)
+
+
+def test_a_recognised_cluster_without_a_coordinator_trains_as_one_process(monkeypatch, caplog):
+    from jax._src import clusters, xla_bridge
+
+    monkeypatch.setattr(clusters.ClusterEnv, "_cluster_types", [_ClusterWithoutCoordinator])
+    monkeypatch.setattr(xla_bridge, "backends_are_initialized", lambda: False)  # as at the start of a run
+    assert distributed._cluster_detected() == ["_ClusterWithoutCoordinator"]
+    with caplog.at_level("WARNING"):
+        assert distributed.initialize() is False
+    assert "recognised a cluster (_ClusterWithoutCoordinator)" in caplog.text and "training as one process" in caplog.text
+    assert jax.process_count() == 1
+    monkeypatch.setattr(clusters.ClusterEnv, "_cluster_types", [])
+    assert distributed.initialize() is False  # no cluster: nothing to start, nothing said
