@@ -7,8 +7,8 @@ Settings (``--setting``):
 * ``weak``: ``configs/20q.py:weak``, the 10-object subset from a weak SFT start (about a fifth of
   the evaluation games won), every method 3 seeds.
 * ``utd``: the same setting, ArCHer at 2x and 4x its critic and actor steps per iteration (the
-  update-to-data ratio; 1x is ``weak``'s ArCHer) and PPO + GAE at other epochs, minibatches and
-  learning rates, 2 seeds each.
+  update-to-data ratio; 1x is ``weak``'s ArCHer) and at a 10x critic learning rate, and PPO + GAE
+  at other epochs, minibatches and learning rates, 2 seeds each.
 
 Every run is the train app on the setting's config with only the agent, a variant's keys and the
 seed changed (``benchmarks/learning.py``'s ``run_one``), in ``--workdir/<setting>/<method>/``. A
@@ -58,6 +58,9 @@ METHODS = {
     # The update-to-data ratio: critic and actor steps per iteration (configs/20q.py:tiny takes 10 and 3).
     "archer_utd2": ("ArCHer, 2x steps (20 critic, 6 actor)", "archer", ["critic_steps=20", "actor_steps=6"], None),
     "archer_utd4": ("ArCHer, 4x steps (40 critic, 12 actor)", "archer", ["critic_steps=40", "actor_steps=12"], None),
+    # The critic's step size: at 1e-4 the tiny critic's values are still moving toward the returns'
+    # scale (about -10) after 40 iterations, so the actor sees a near-constant negative advantage.
+    "archer_critic_lr": ("ArCHer, critic_lr 1e-3", "archer", ["learner.critic_lr=1e-3"], None),
     # PPO's own tuning at the same budget (its defaults: 4 epochs, minibatches of 32, actor_lr 1e-5).
     "ppo_gae_lr3": ("PPO + gae, actor_lr 3e-5", "ppo", ["ppo.adv_estimator=gae", "learner.actor_lr=3e-5"], None),
     "ppo_gae_epochs8": ("PPO + gae, 8 epochs", "ppo", ["ppo.adv_estimator=gae", "ppo.epochs=8"], None),
@@ -74,7 +77,8 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
     "full": ("20Q, all 157 objects, small models (configs/20q.py:small)", SMALL,
              ("archer", "ppo_gae", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
     "utd": ("20Q subset, weak start: update-to-data ratio and PPO tuning", WEAK,
-            ("archer_utd2", "archer_utd4", "ppo_gae_lr3", "ppo_gae_epochs8", "ppo_gae_mb16"), (0, 1)),
+            ("archer_utd2", "archer_utd4", "archer_critic_lr", "ppo_gae_lr3", "ppo_gae_epochs8", "ppo_gae_mb16"),
+            (0, 1)),
     "city": ("Guess My City: offline, offline then online, online from SFT", CITY,
              ("offline_archer", "online_from_offline", "online_from_sft"), (0, 1, 2)),
 }
