@@ -70,7 +70,8 @@ _LOST_SIGNS = ("Gloo", "Connection closed by peer", "Connection reset by peer", 
 
 def _cluster_detected() -> list[str]:
     """The clusters JAX recognises and could initialise itself (Cloud TPU VMs and pod slices, GKE
-    TPU, SLURM, Open MPI, Kubernetes), by name; empty when there is none."""
+    TPU, SLURM, Open MPI, Kubernetes), by name; empty when there is none. Opt-in ones (mpi4py, present
+    wherever it is installed) are left out, as JAX's own detection leaves them out."""
     try:
         from jax._src import clusters
 
@@ -116,7 +117,7 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
         pass
     try:
         jax.distributed.initialize(**(explicit or {}))
-    except ValueError as e:  # e.g. a container in Kubernetes that is no multi-process job: no coordinator
+    except ValueError as e:  # a cluster environment that is no multi-process job: JAX finds no coordinator
         if explicit:
             raise
         log.warning("JAX recognised a cluster (%s) but could not start a multi-process run from it (%s); training "

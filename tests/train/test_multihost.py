@@ -174,7 +174,7 @@ def test_missing_settings_are_one_line(tmp_path):
 
 
 class _ClusterWithoutCoordinator:
-    """A cluster environment JAX recognises but cannot start from (as in a plain Kubernetes pod)."""
+    """A cluster environment JAX recognises but cannot start from (no coordinator in it)."""
     name, opt_in_only_method = "no_coordinator", False
     is_env_present = staticmethod(lambda: True)
     get_coordinator_address = staticmethod(lambda **_: None)
@@ -191,5 +191,8 @@ def test_a_recognised_cluster_without_a_coordinator_trains_as_one_process(monkey
         assert distributed.initialize() is False
     assert "recognised a cluster (_ClusterWithoutCoordinator)" in caplog.text and "training as one process" in caplog.text
     assert jax.process_count() == 1
-    monkeypatch.setattr(clusters.ClusterEnv, "_cluster_types", [])
-    assert distributed.initialize() is False  # no cluster: nothing to start, nothing said
+    opt_in = type("OptIn", (_ClusterWithoutCoordinator,), dict(opt_in_only_method=True))  # as mpi4py's
+    monkeypatch.setattr(clusters.ClusterEnv, "_cluster_types", [opt_in])
+    caplog.clear()
+    assert distributed._cluster_detected() == [] and distributed.initialize() is False
+    assert "recognised a cluster" not in caplog.text  # no cluster: nothing to start, nothing said
