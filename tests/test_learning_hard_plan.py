@@ -68,3 +68,15 @@ def test_the_paper_measure_is_a_fraction_of_ppos_samples(lh):
     assert (a["mean_held"], a["held_fraction_of_ppo"]) == (250, 250 / 400)
     assert t["methods"]["ppo_gae"]["first_fraction_of_ppo"] == 1.0
     assert lh.target(lh.se.efficiency(archer, final), archer) is None  # no PPO runs: no measure
+
+
+def test_the_threshold_is_halfway_to_the_best_final_return(lh):
+    runs = [summary("archer", 0, [-9.0, -10.0]), summary("archer", 1, [-9.0, -9.5]),
+            summary("chai", 0, [-11.0, -8.0]), summary("ppo_gae", 0, [-9.0, -12.0])]
+    threshold, basis = lh.threshold_of(runs)
+    assert threshold == pytest.approx(-8.5)  # halfway from ArCHer's start, -9, to CHAI's -8
+    assert "CHAI's (-8.00)" in basis and "(-9.00)" in basis
+    threshold, basis = lh.threshold_of([summary("archer", 0, [-9.0, -7.0]), summary("chai", 0, [-9.0, -7.0])])
+    assert threshold == pytest.approx(-8.0) and "ArCHer's (-7.00)" in basis  # a tie goes to ArCHer
+    assert lh.threshold_of(runs[:2] + runs[3:])[0] is None  # no method ends above the start
+    assert lh.threshold_of(runs[2:]) == (None, "")  # no ArCHer run: no start to measure from
