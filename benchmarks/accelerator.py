@@ -282,7 +282,8 @@ def stage_rollout_overlap(c: Campaign, budget: float) -> dict:
         return dict(status="skipped", reason=f"{why}: run benchmarks/carry_for_accelerator.sh and carry .carry")
     out = c.out / "rollout_overlap"
     cmd = [sys.executable, str(BENCH / "rollout_overlap.py"), "--cases", "20q_base", "--skip-learning",
-           "--iterations", "4", f"--out={out}", f"--workdir={c.tmp / 'rollout_overlap'}"] + (["--smoke"] if c.smoke else [])
+           "--iterations", "4", f"--out={out}", f"--workdir={c.tmp / 'rollout_overlap'}",
+           f"--train-log={c.out / 'logs' / 'rollout_overlap_train.log'}"] + (["--smoke"] if c.smoke else [])
     run = c.run("rollout_overlap", cmd, budget)
     path = out / "rollout_overlap.json"
     if c.dry or not path.exists():

@@ -68,19 +68,24 @@ class SlowShop(fake_webshop.Shop):
         super().handle_one_request()
 
 
-def train(config: str, workdir: Path, overrides: list[str], log_name: str = "train.log") -> dict:
-    """Runs the train app (or finds it finished); its summary and history."""
+def train(config: str, workdir: Path, overrides: list[str], log: Path | None = None) -> dict:
+    """Runs the train app (or finds it finished); its summary and history. Its output is appended to
+    ``log`` (default: the run's own ``train.log``)."""
     summary = learning.finished_summary(workdir)
     if summary is None:
         workdir.mkdir(parents=True, exist_ok=True)
+        log = log or workdir / "train.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "archer_jax.train", f"--config={config}", f"--workdir={workdir}",
                *[f"--config.{o}" for o in overrides]]
-        with (workdir / log_name).open("a") as log:
-            done = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=log,
+        with log.open("a") as f:
+            f.write(f"==> {workdir.parent.name}/{workdir.name}\n")
+            f.flush()
+            done = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=f,
                                   stderr=subprocess.STDOUT)
         if done.returncode:
-            tail = "\n".join((workdir / log_name).read_text(errors="replace").splitlines()[-30:])
-            raise RuntimeError(f"{workdir} failed (exit {done.returncode}); the end of {workdir / log_name}:\n{tail}")
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+            raise RuntimeError(f"{workdir} failed (exit {done.returncode}); the end of {log}:\n{tail}")
         summary = json.loads((workdir / "summary.json").read_text())
     history = [json.loads(line) for line in (workdir / "history.jsonl").read_text().splitlines()]
     return dict(summary=summary, history=history)
@@ -151,7 +156,8 @@ def timing(args, done=lambda rows: None) -> list[dict]:
                 rollout = int(next((o.split("=")[1] for o in overrides if o.startswith("rollout_size=")), 32))
                 slots = args.slots or rollout // 2
                 extra = [o.format(slots=slots) for o in MODES[mode]]
-                run = train(config, workdir / case / mode, overrides + [f"iterations={args.iterations}"] + extra)
+                run = train(config, workdir / case / mode, overrides + [f"iterations={args.iterations}"] + extra,
+                            args.train_log)
             row = timing_row(case, mode, run)
             rows.append(dict(row, slots=slots if "slots" in mode else 0, per_iteration=[
                 {k: v for k, v in r.items() if k == "iteration" or k.startswith("time/")} for r in run["history"]]))
@@ -215,6 +221,8 @@ def main() -> None:
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-learning", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="20q_base at the micro shapes, with tiny models")
+    parser.add_argument("--train-log", type=Path, default=None,
+                        help="one file for every timing run's output (default: each run's train.log)")
     parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "rollout_overlap")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
