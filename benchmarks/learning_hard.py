@@ -24,8 +24,16 @@ with ``--commit`` committed, so that work done is never lost.
 The measures are ``benchmarks/sample_efficiency.py``'s: per method and seed, the env samples at the
 first evaluation at or above a return threshold, and from the first one after which every later one
 stays at or above it. Two thresholds are taken: halfway from the SFT start to the best method's
-final mean return (ratios to ArCHer), and PPO + GAE's final mean return (the paper's claim: ArCHer reaches it
-in a fraction of PPO's samples; ratios to PPO's env samples).
+final mean return (ratios to ArCHer), and the best-tuned PPO + GAE's final mean return (the paper's
+claim: ArCHer reaches it in a fraction of PPO's samples; ratios to PPO's env samples).
+
+Each is read twice. Once on the greedy evaluations (the same fixed games every ``eval_freq``
+iterations; CHAI plays its best of k samples there too). And once on the train-time return: the
+mean return of the games the method itself played in its last ``WINDOW`` iterations (sampled at
+the rollout temperature, about 160 games; the start is the first iteration's games, played by the
+SFT policy before any update). The official ArCHer code evaluates with sampling too. A policy can
+win more of its sampled games while its greedy utterance stays the same, and the two readings
+show it.
 """
 
 from __future__ import annotations
@@ -87,6 +95,7 @@ BORROWS = {"utd": {"weak": ("archer", "ppo_gae")}}
 # A method whose runs start from another method's run of the same seed, trained first.
 STARTS_FROM = {"online_from_offline": "offline_archer"}
 FILES = ("learning_hard.json", "learning_hard.png", "learning_hard.md")
+WINDOW = 5  # iterations of train-time games per point of the sampled reading (an eval_freq apart)
 
 
 def run_dir(workdir: Path, setting: str, method: str, seed: int) -> Path:
@@ -107,9 +116,35 @@ def train(setting: str, method: str, seed: int, workdir: Path) -> dict:
 
 def finished(setting: str, method: str, seed: int, workdir: Path) -> dict | None:
     """A finished run's summary (None when it has not finished, or stopped before its last
-    iteration: a stopped run writes its summary too), labelled with its method."""
-    summary = learning.finished_summary(run_dir(workdir, setting, method, seed))
-    return None if summary is None else dict(summary, agent=METHODS[method][0], method=method)
+    iteration: a stopped run writes its summary too), labelled with its method, with its
+    iterations' train-time games (``rollouts``: iteration, env samples, mean return, success)."""
+    path = run_dir(workdir, setting, method, seed)
+    summary = learning.finished_summary(path)
+    if summary is None:
+        return None
+    log = path / "history.jsonl"
+    history = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    rollouts = [dict(iteration=h["iteration"], env_samples=h["env_samples"], ret=h["rollout/return"],
+                     success=h["rollout/success"]) for h in history if "rollout/return" in h]
+    return dict(summary, agent=METHODS[method][0], method=method, rollouts=rollouts)
+
+
+def sampled(summary: dict, window: int = WINDOW) -> dict | None:
+    """The run read on its train-time games: the summary with its evaluations replaced by the mean
+    return of the games played in each ``window`` iterations (at the env samples of the window's
+    last one), the first point being the first iteration's games. None for a run that plays none
+    (offline)."""
+    games = summary.get("rollouts") or []
+    if len(games) < window:
+        return None
+    mean = lambda key, part: statistics.mean(g[key] for g in part)  # noqa: E731
+    evals = [{"env_samples": 0, "iteration": 0, "eval/return": games[0]["ret"], "eval/success": games[0]["success"]}]
+    for end in range(window, len(games) + 1, window):
+        part = games[end - window:end]
+        evals.append({"env_samples": part[-1]["env_samples"], "iteration": part[-1]["iteration"],
+                      "eval/return": mean("ret", part), "eval/success": mean("success", part)})
+    return dict(summary, evals=evals, eval_return_before=evals[0]["eval/return"],
+                eval_return_after=evals[-1]["eval/return"], eval_success_after=evals[-1]["eval/success"])
 
 
 def summaries_of(setting: str, workdir: Path) -> list[dict]:
@@ -122,15 +157,28 @@ def summaries_of(setting: str, workdir: Path) -> list[dict]:
     return [s for s in found if s is not None]
 
 
-def target(rows: list[dict], summaries: list[dict], ppo: str = "ppo_gae") -> dict | None:
-    """The paper's claim at PPO's final mean return: each method's mean samples to reach it (first,
-    and from which it holds), as a fraction of PPO's mean env samples in all."""
+def best_ppo(summaries: list[dict]) -> str | None:
+    """The PPO + GAE method (its default or one of its tunings) with the best final mean return."""
+    finals = {}
+    for s in summaries:
+        if s["method"].startswith("ppo_gae"):
+            finals.setdefault(s["method"], []).append(s["eval_return_after"])
+    return max(finals, key=lambda m: (statistics.mean(finals[m]), m == "ppo_gae")) if finals else None
+
+
+def target(rows: list[dict], summaries: list[dict], ppo: str | None = None) -> dict | None:
+    """The paper's claim at PPO's final mean return (``ppo``: the best-tuned PPO + GAE unless named):
+    each method's mean samples to reach it (first, and from which it holds), as a fraction of PPO's
+    mean env samples in all."""
+    ppo = ppo or best_ppo(summaries)
     ppo_runs = [s for s in summaries if s["method"] == ppo]
     if not ppo_runs:
         return None
     budget = statistics.mean(s["env_samples"] for s in ppo_runs)
     fraction = lambda v: v / budget if v is not None else None  # noqa: E731
-    return dict(ppo=ppo, ppo_final_return=statistics.mean(s["eval_return_after"] for s in ppo_runs),
+    return dict(ppo=ppo, ppo_label=METHODS[ppo][0] if ppo in METHODS else ppo,
+                ppo_start_return=statistics.mean(s["eval_return_before"] for s in ppo_runs),
+                ppo_final_return=statistics.mean(s["eval_return_after"] for s in ppo_runs),
                 ppo_env_samples=budget,
                 methods={r["method"]: dict(label=r["label"], mean_samples=r["mean_samples"], reached=r["reached"],
                                            mean_held=r["mean_held"], held=r["held"], seeds=r["seeds"],
@@ -139,9 +187,13 @@ def target(rows: list[dict], summaries: list[dict], ppo: str = "ppo_gae") -> dic
 
 
 def target_table(t: dict) -> str:
-    lines = [f"At PPO + gae's final mean return ({t['ppo_final_return']:.2f}, after {t['ppo_env_samples']:.0f} env samples):",
+    lines = [f"At the best PPO + gae's final mean return ({t.get('ppo_label', t['ppo'])}: {t['ppo_final_return']:.2f}, "
+             f"after {t['ppo_env_samples']:.0f} env samples):",
              "", "| method | first reaches it: mean env samples (seeds) | fraction of PPO's samples "
              "| stays from: mean env samples (seeds) | fraction of PPO's samples |", "|---|---|---|---|---|"]
+    if t["ppo_final_return"] <= t["ppo_start_return"]:
+        lines[0] += (f" PPO ends at or below its start ({t['ppo_start_return']:.2f}), so every method is there from "
+                     "the start and this measure tells them apart in nothing.")
     cell = lambda v, n, seeds: f"{v:.0f} ({n}/{seeds})" if v is not None else f"never (0/{seeds})"  # noqa: E731
     frac = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
     for m in t["methods"].values():
@@ -170,27 +222,47 @@ def threshold_of(summaries: list[dict]) -> tuple[float | None, str]:
                                          f"{METHODS[best][0]}'s ({end:.2f})")
 
 
+def measures(summaries: list[dict]) -> dict:
+    """The tables of one reading of a setting's runs: final returns, the halfway threshold and the
+    samples to it, the paper's measure at the best PPO's final return, and the curves."""
+    quality = learning.aggregate(summaries)
+    threshold, basis = threshold_of(summaries)
+    rows = se.efficiency(summaries, threshold) if threshold is not None else []
+    ppo = best_ppo(summaries)
+    paper = None if ppo is None else target(se.efficiency(summaries, statistics.mean(
+        s["eval_return_after"] for s in summaries if s["method"] == ppo)), summaries, ppo)
+    return dict(threshold=threshold, threshold_basis=basis, rows=rows, quality=quality, target=paper,
+                curves=learning.curves(summaries))
+
+
 def report(setting: str, workdir: Path) -> dict | None:
-    """One setting's tables from its finished runs (None when none has finished)."""
+    """One setting's tables from its finished runs (None when none has finished): on the greedy
+    evaluations, and (``sampled``) on the train-time games."""
     summaries = summaries_of(setting, workdir)
     if not summaries:
         return None
     order = {m: i for i, m in enumerate(METHODS)}
     summaries.sort(key=lambda s: (order[s["method"]], s["config"]["seed"]))
-    quality = learning.aggregate(summaries)
-    threshold, basis = threshold_of(summaries)
-    rows = se.efficiency(summaries, threshold) if threshold is not None else []
-    paper = target(se.efficiency(summaries, statistics.mean(
-        s["eval_return_after"] for s in summaries if s["method"] == "ppo_gae")), summaries) \
-        if any(s["method"] == "ppo_gae" for s in summaries) else None
+    played = [p for p in map(sampled, summaries) if p is not None]
     title, config, methods, seeds = SETTINGS[setting]
-    return dict(setting=setting, title=title, config=config, threshold=threshold, threshold_basis=basis, rows=rows,
-                quality=quality,
-                target=paper, curves=learning.curves(summaries),
+    return dict(setting=setting, title=title, config=config, **measures(summaries),
+                sampled=dict(window=WINDOW, **measures(played)) if played else None,
                 overrides={m: [o.replace(str(ROOT.parent), "..") for o in METHODS[m][2]]
                            for m in dict.fromkeys(s["method"] for s in summaries)},
-                runs=[{k: s.get(k) for k in ("method", "agent", "env_samples", "evals", "wall_time_s",
+                runs=[{k: s.get(k) for k in ("method", "agent", "env_samples", "evals", "rollouts", "wall_time_s",
                                              "benchmark_wall_s")} | dict(seed=s["config"]["seed"]) for s in summaries])
+
+
+def _reading(parts: list[str], r: dict, measure: str) -> None:
+    if r.get("threshold_basis"):
+        parts += [f"Threshold: {r['threshold_basis']}" + (f": {r['threshold']:.2f}." if r["threshold"] is not None
+                                                            else "; the table has no threshold."), ""]
+    if r["rows"]:
+        parts += [se.table(r["rows"], r["quality"], r["threshold"], measure), ""]
+    else:
+        parts += [learning.table(r["quality"]), ""]
+    if r["target"]:
+        parts += [target_table(r["target"]), ""]
 
 
 def markdown(results: list[dict]) -> str:
@@ -199,15 +271,12 @@ def markdown(results: list[dict]) -> str:
         parts += [f"## {r['title']}", "", f"Config `{r['config']}` unless a method names its own; each method's keys:", ""]
         parts += [f"- {m}: {'`' + METHODS[m][3] + '` ' if METHODS[m][3] else ''}agent={METHODS[m][1]} {' '.join(o)}"
                   for m, o in r["overrides"].items()] + [""]
-        if r.get("threshold_basis"):
-            parts += [f"Threshold: {r['threshold_basis']}" + (f": {r['threshold']:.2f}." if r["threshold"] is not None
-                                                                else "; the table has no threshold."), ""]
-        if r["rows"]:
-            parts += [se.table(r["rows"], r["quality"], r["threshold"]), ""]
-        else:
-            parts += [learning.table(r["quality"]), ""]
-        if r["target"]:
-            parts += [target_table(r["target"]), ""]
+        parts += ["### Greedy evaluation (fixed games; CHAI: its best of k samples)", ""]
+        _reading(parts, r, "eval return")
+        if r.get("sampled"):
+            parts += [f"### Train-time return (the games each method played, mean over {r['sampled']['window']} "
+                      "iterations; \"before\" is the first iteration's games)", ""]
+            _reading(parts, r["sampled"], "train-time return")
     return "\n".join(parts)
 
 
@@ -226,26 +295,35 @@ def write(workdir: Path, out: Path, seconds: float) -> list[dict]:
 
 
 def _plot(results: list[dict], path: Path) -> None:
+    """One column per setting: the greedy evaluations above, the train-time return below."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(9.0 * len(results), 4.6), squeeze=False)
-    for ax, r in zip(axes[0], results):
-        for label, c in r["curves"].items():
-            if not any(c["env_samples"]):  # an offline run collects no samples: its final return, as a line
-                ax.axhline(c["mean"][-1], color="black", linestyle=":", linewidth=1.2, label=f"{label}: final {c['mean'][-1]:.2f}")
+    readings = (("eval return, fixed games (greedy; CHAI: best of k)", lambda r: r),
+                ("train-time return (its own games, sampled)", lambda r: r.get("sampled")))
+    fig, axes = plt.subplots(2, len(results), figsize=(9.0 * len(results), 9.2), squeeze=False)
+    for column, r in enumerate(results):
+        for row, (ylabel, pick) in enumerate(readings):
+            ax, reading = axes[row][column], pick(r)
+            ax.set_title(r["title"] + "\nmean over seeds, band min..max", fontsize="medium")
+            ax.set_xlabel("env samples (transitions collected)")
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            if not reading:
                 continue
-            (line,) = ax.plot(c["env_samples"], c["mean"], marker="o", markersize=3, label=label)
-            ax.fill_between(c["env_samples"], c["low"], c["high"], color=line.get_color(), alpha=0.15)
-        if r["threshold"] is not None:
-            ax.axhline(r["threshold"], color="gray", linestyle="--", linewidth=1, label=f"halfway {r['threshold']:.2f}")
-        ax.set_title(r["title"] + "\nmean over seeds, band min..max", fontsize="medium")
-        ax.set_xlabel("env samples (transitions collected)")
-        ax.set_ylabel("eval return, fixed games (greedy; CHAI: best of k)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="x-small", loc="lower right")
+            for label, c in reading["curves"].items():
+                if not any(c["env_samples"]):  # an offline run collects no samples: its final return, as a line
+                    ax.axhline(c["mean"][-1], color="black", linestyle=":", linewidth=1.2,
+                               label=f"{label}: final {c['mean'][-1]:.2f}")
+                    continue
+                (line,) = ax.plot(c["env_samples"], c["mean"], marker="o", markersize=3, label=label)
+                ax.fill_between(c["env_samples"], c["low"], c["high"], color=line.get_color(), alpha=0.15)
+            if reading["threshold"] is not None:
+                ax.axhline(reading["threshold"], color="gray", linestyle="--", linewidth=1,
+                           label=f"halfway {reading['threshold']:.2f}")
+            ax.legend(fontsize="x-small", loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -128,11 +128,12 @@ def _cells(r: dict, per_seed: str, mean: str, ratio: str, count: str, archer: di
     return [seeds, f"{r[mean]:.0f} ({r[count]}/{r['seeds']})", ratio_text]
 
 
-def table(rows: list[dict], quality: list[dict], threshold: float) -> str:
-    """The markdown table: final returns, samples to first reach the threshold, samples from which it holds."""
+def table(rows: list[dict], quality: list[dict], threshold: float, measure: str = "eval return") -> str:
+    """The markdown table: final returns (``measure``), samples to first reach the threshold, samples
+    from which it holds."""
     after = {q["agent"]: q for q in quality}
     archer = next((r for r in rows if r["method"] == "archer"), None)
-    lines = [f"| method | eval return before | after: mean ± std | first ≥ {threshold:.2f}: env samples per seed "
+    lines = [f"| method | {measure} before | after: mean ± std | first ≥ {threshold:.2f}: env samples per seed "
              f"| mean (seeds) | ratio to ArCHer | stays ≥ {threshold:.2f} from: env samples per seed | mean (seeds) "
              "| ratio to ArCHer | env samples in all | wall s / run |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -80,3 +80,30 @@ def test_the_threshold_is_halfway_to_the_best_final_return(lh):
     assert threshold == pytest.approx(-8.0) and "ArCHer's (-7.00)" in basis  # a tie goes to ArCHer
     assert lh.threshold_of(runs[:2] + runs[3:])[0] is None  # no method ends above the start
     assert lh.threshold_of(runs[2:]) == (None, "")  # no ArCHer run: no start to measure from
+
+
+def test_the_train_time_reading_averages_each_window_of_played_games(lh):
+    run = summary("archer", 0, [-9.0, -8.0])
+    returns = [-12.0, -11.0, -10.0, -9.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0]  # 11 iterations
+    run["rollouts"] = [dict(iteration=i + 1, env_samples=30 * (i + 1), ret=r, success=float(r > -5))
+                       for i, r in enumerate(returns)]
+    played = lh.sampled(run, window=5)
+    points = [(e["env_samples"], e["eval/return"], e["eval/success"]) for e in played["evals"]]
+    # The first iteration's games, then iterations 1-5 and 6-10; the 11th has no full window yet.
+    assert points == [(0, -12.0, 0.0), (150, -10.0, 0.0), (300, -5.0, 0.4)]
+    assert (played["eval_return_before"], played["eval_return_after"], played["eval_success_after"]) == (-12.0, -5.0, 0.4)
+    assert run["evals"][-1]["eval/return"] == -8.0  # the greedy reading is left as it was
+    assert lh.sampled(dict(run, rollouts=[]), window=5) is None  # an offline run plays no games
+
+
+def test_the_paper_measure_takes_the_best_tuned_ppo(lh):
+    runs = [summary("archer", 0, [-10.0, -7.0, -6.0]),
+            summary("ppo_gae", 0, [-10.0, -11.0, -12.0]),  # the default collapses
+            summary("ppo_gae_lr3", 0, [-10.0, -8.0, -7.0]), summary("ppo_grpo", 0, [-10.0, -5.0, -4.0])]
+    assert lh.best_ppo(runs) == "ppo_gae_lr3"  # GRPO is not a PPO + GAE tuning
+    t = lh.target(lh.se.efficiency(runs, -7.0), runs)
+    assert t["ppo"] == "ppo_gae_lr3" and t["ppo_final_return"] == -7.0
+    assert t["methods"]["archer"]["first_fraction_of_ppo"] == 100 / 200
+    assert "at or below its start" not in lh.target_table(t)
+    collapsed = lh.target(lh.se.efficiency(runs, -12.0), runs, "ppo_gae")
+    assert "at or below its start (-10.00)" in lh.target_table(collapsed)
