@@ -126,7 +126,8 @@ def train(setting: str, method: str, seed: int, workdir: Path) -> dict:
 def finished(setting: str, method: str, seed: int, workdir: Path) -> dict | None:
     """A finished run's summary (None when it has not finished, or stopped before its last
     iteration: a stopped run writes its summary too), labelled with its method, with its
-    iterations' train-time games (``rollouts``: iteration, env samples, mean return, success)."""
+    iterations' train-time games (``rollouts``: iteration, env samples, mean return, success, and
+    the fraction of turns the env found invalid)."""
     path = run_dir(workdir, setting, method, seed)
     summary = learning.finished_summary(path)
     if summary is None:
@@ -134,7 +135,8 @@ def finished(setting: str, method: str, seed: int, workdir: Path) -> dict | None
     log = path / "history.jsonl"
     history = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
     rollouts = [dict(iteration=h["iteration"], env_samples=h["env_samples"], ret=h["rollout/return"],
-                     success=h["rollout/success"]) for h in history if "rollout/return" in h]
+                     success=h["rollout/success"], invalid=h.get("rollout/invalid")) for h in history
+                if "rollout/return" in h]
     return dict(summary, agent=METHODS[method][0], method=method, rollouts=rollouts)
 
 
