@@ -148,12 +148,17 @@ def sampled(summary: dict, window: int = WINDOW) -> dict | None:
     games = summary.get("rollouts") or []
     if len(games) < window:
         return None
-    mean = lambda key, part: statistics.mean(g[key] for g in part)  # noqa: E731
-    evals = [{"env_samples": 0, "iteration": 0, "eval/return": games[0]["ret"], "eval/success": games[0]["success"]}]
+    def mean(key: str, part: list[dict]) -> float | None:
+        values = [g[key] for g in part if g.get(key) is not None]
+        return statistics.mean(values) if values else None
+
+    evals = [{"env_samples": 0, "iteration": 0, "eval/return": games[0]["ret"], "eval/success": games[0]["success"],
+              "eval/invalid": games[0].get("invalid")}]
     for end in range(window, len(games) + 1, window):
         part = games[end - window:end]
         evals.append({"env_samples": part[-1]["env_samples"], "iteration": part[-1]["iteration"],
-                      "eval/return": mean("ret", part), "eval/success": mean("success", part)})
+                      "eval/return": mean("ret", part), "eval/success": mean("success", part),
+                      "eval/invalid": mean("invalid", part)})
     return dict(summary, evals=evals, eval_return_before=evals[0]["eval/return"],
                 eval_return_after=evals[-1]["eval/return"], eval_success_after=evals[-1]["eval/success"])
 
@@ -242,8 +247,15 @@ def measures(summaries: list[dict]) -> dict:
     ppo = best_ppo(summaries)
     paper = None if ppo is None else target(se.efficiency(summaries, statistics.mean(
         s["eval_return_after"] for s in summaries if s["method"] == ppo)), summaries, ppo)
+    invalid = {}  # per method: the invalid-turn fraction at the first and the last point, mean over seeds
+    for s in summaries:
+        first, last = s["evals"][0].get("eval/invalid"), s["evals"][-1].get("eval/invalid")
+        if first is not None and last is not None:
+            invalid.setdefault(s["agent"], []).append((first, last))
     return dict(threshold=threshold, threshold_basis=basis, rows=rows, quality=quality, target=paper,
-                curves=learning.curves(summaries))
+                curves=learning.curves(summaries),
+                invalid={a: [statistics.mean(v[0] for v in pairs), statistics.mean(v[1] for v in pairs)]
+                         for a, pairs in invalid.items()})
 
 
 def report(setting: str, workdir: Path) -> dict | None:
@@ -272,6 +284,9 @@ def _reading(parts: list[str], r: dict, measure: str) -> None:
         parts += [se.table(r["rows"], r["quality"], r["threshold"], measure), ""]
     else:
         parts += [learning.table(r["quality"]), ""]
+    if r.get("invalid"):
+        parts += ["Invalid turns (questions the game does not understand), first point -> last, mean over seeds: "
+                  + "; ".join(f"{a} {v[0]:.2f} -> {v[1]:.2f}" for a, v in r["invalid"].items()) + ".", ""]
     if r["target"]:
         parts += [target_table(r["target"]), ""]
 

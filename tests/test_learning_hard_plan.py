@@ -27,7 +27,7 @@ def summary(method: str, seed: int, returns: list[float], step: int = 100) -> di
     evals = [{"env_samples": i * step, "eval/return": r} for i, r in enumerate(returns)]
     return dict(method=method, agent=method, config=dict(seed=seed, iterations=len(returns) - 1), evals=evals,
                 env_samples=evals[-1]["env_samples"], eval_return_before=returns[0], eval_return_after=returns[-1],
-                iterations=len(returns) - 1)
+                iterations=len(returns) - 1, wall_time_s=1.0, eval_success_after=0.0)
 
 
 def test_finished_runs_and_runs_others_start_from_are_not_trained(lh, tmp_path, monkeypatch):
@@ -85,14 +85,17 @@ def test_the_threshold_is_halfway_to_the_best_final_return(lh):
 def test_the_train_time_reading_averages_each_window_of_played_games(lh):
     run = summary("archer", 0, [-9.0, -8.0])
     returns = [-12.0, -11.0, -10.0, -9.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0]  # 11 iterations
-    run["rollouts"] = [dict(iteration=i + 1, env_samples=30 * (i + 1), ret=r, success=float(r > -5))
-                       for i, r in enumerate(returns)]
+    run["rollouts"] = [dict(iteration=i + 1, env_samples=30 * (i + 1), ret=r, success=float(r > -5),
+                            invalid=0.1 * (i % 2)) for i, r in enumerate(returns)]
     played = lh.sampled(run, window=5)
     points = [(e["env_samples"], e["eval/return"], e["eval/success"]) for e in played["evals"]]
     # The first iteration's games, then iterations 1-5 and 6-10; the 11th has no full window yet.
     assert points == [(0, -12.0, 0.0), (150, -10.0, 0.0), (300, -5.0, 0.4)]
     assert (played["eval_return_before"], played["eval_return_after"], played["eval_success_after"]) == (-12.0, -5.0, 0.4)
+    assert [e["eval/invalid"] for e in played["evals"]] == pytest.approx([0.0, 0.04, 0.06])
     assert run["evals"][-1]["eval/return"] == -8.0  # the greedy reading is left as it was
+    reading = lh.measures([played, lh.sampled(dict(run, method="chai", agent="chai"), window=5)])
+    assert reading["invalid"]["archer"] == pytest.approx([0.0, 0.06])
     assert lh.sampled(dict(run, rollouts=[]), window=5) is None  # an offline run plays no games
 
 
