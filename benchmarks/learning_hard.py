@@ -207,9 +207,9 @@ def target_table(t: dict) -> str:
              f"after {t['ppo_env_samples']:.0f} env samples):",
              "", "| method | first reaches it: mean env samples (seeds) | fraction of PPO's samples "
              "| stays from: mean env samples (seeds) | fraction of PPO's samples |", "|---|---|---|---|---|"]
-    if t["ppo_final_return"] <= t["ppo_start_return"]:
-        lines[0] += (f" PPO ends at or below its start ({t['ppo_start_return']:.2f}), so every method is there from "
-                     "the start and this measure tells them apart in nothing.")
+    if t["ppo_final_return"] <= t["ppo_start_return"]:  # every method is there at 0 samples: no table
+        return lines[0] + (f" PPO ends at or below its start ({t['ppo_start_return']:.2f}), so every method is there "
+                           "from the start and this measure tells them apart in nothing.")
     cell = lambda v, n, seeds: f"{v:.0f} ({n}/{seeds})" if v is not None else f"never (0/{seeds})"  # noqa: E731
     frac = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
     for m in t["methods"].values():
