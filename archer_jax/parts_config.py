@@ -51,6 +51,9 @@ class LoopConfig:
     batch_size: int = 8
     grad_accum_steps: int = 32
     eval_freq: int = 25  # iterations between greedy evaluations (0 = only before and at the end)
+    # Also play the evaluation games sampled as the rollouts are (eval_sampled/* metrics): a small
+    # policy's greedy utterance can loop where its samples do not, so the two can disagree.
+    eval_sampled: bool = False
     save_freq: int = 25  # iterations between checkpoints (the last iteration is always saved)
     keep_checkpoints: int = 2
     max_nonfinite_steps: int = 10  # consecutive skipped (non-finite) steps that stop the run

@@ -265,11 +265,14 @@ class AheadRollout:
             pass
 
 
-def evaluate(parts: Parts, act: AgentAct, states: States) -> list[Episode]:
+def evaluate(parts: Parts, act: AgentAct, states: States, sampled: bool = False) -> list[Episode]:
     """``eval_size`` greedy dialogues (CHAI: its choice among samples), on the same games in every
     evaluation and for every run seed, from the env's evaluation tasks (``split="eval"``: e.g.
-    WebShop's evaluation goals; envs without splits play seeds ``EVAL_SEED + i``)."""
+    WebShop's evaluation goals; envs without splits play seeds ``EVAL_SEED + i``). ``sampled``: the
+    same games with the rollouts' sampling and a key that is the same in every evaluation."""
     seeds = [EVAL_SEED + i for i in range(parts.config.eval_size)]
+    if sampled:
+        return _play(parts, act, states, seeds, parts.key_for(EVAL, 1), False, "eval_sampled", split="eval")
     return _play(parts, act, states, seeds, parts.key_for(EVAL), True, "eval", split="eval")
 
 

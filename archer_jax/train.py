@@ -120,7 +120,7 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
                 parts.metrics.check()  # the steps' metrics, fetched once: stops after too many non-finite steps
                 evaluation = None
                 if (c.eval_freq and iteration % c.eval_freq == 0) or iteration == c.iterations:
-                    evaluation = timed(rollout.evaluate, parts, agent.act, states)  # greedy, on fixed games
+                    evaluation = timed(_evaluate, parts, agent.act, states)  # greedy (and sampled), on fixed games
                 seconds = dict(rollout=t_rollout, **seconds)
                 if t_ahead is not None:  # what the learner waited for the rollout played beside it
                     seconds["rollout_wait"] = t_ahead
@@ -251,7 +251,7 @@ def _start_or_resume(agent: Agent, checkpoints: Checkpoints, writers: report.Wri
         states = handover.initial_states(agent, states, c.init_from)
     if c.model.critic_init:  # an official ArCHer critic (archer_jax.import_official)
         states = handover.critic_from_file(agent, states, c.model.critic_init)
-    before = _eval_metrics(rollout.evaluate(parts, agent.act, states))
+    before = _evaluate(parts, agent.act, states)
     loop.evals.append(dict(iteration=0, env_samples=0, **before))
     writers.scalars(0, before)
     log.info("before training: eval return %.3f, success %.2f", before["eval/return"], before["eval/success"])
@@ -279,7 +279,7 @@ def _record_iteration(parts: Parts, loop: LoopState, writers: report.Writers, pr
     metrics.update(parts.metrics.means())
     metrics.update(env_samples=loop.env_samples, episodes=loop.episodes, replay_size=len(replay))
     if evaluation is not None:
-        evaluated = _eval_metrics(evaluation[0])
+        evaluated = evaluation[0]
         metrics.update(evaluated, **{"time/eval": evaluation[1]})
         loop.evals.append(dict(iteration=iteration, env_samples=loop.env_samples, **evaluated))
     metrics.update({f"time/{k}": v for k, v in seconds.items()}, **{"time/iteration": time.perf_counter() - start})
@@ -337,8 +337,14 @@ def warm_start(agent: Agent, states: States, writers: report.Writers) -> tuple[S
     return States(agent.init_actor(actor.params), states.critic), info
 
 
-def _eval_metrics(episodes) -> dict[str, float]:
-    return {f"eval/{k}": v for k, v in rollout.summarize(episodes).items()}
+def _evaluate(parts: Parts, act, states: States) -> dict[str, float]:
+    """The evaluation's metrics: ``eval/*`` of the greedy games, and with ``eval_sampled``
+    ``eval_sampled/*`` of the same games sampled."""
+    metrics = {f"eval/{k}": v for k, v in rollout.summarize(rollout.evaluate(parts, act, states)).items()}
+    if parts.config.eval_sampled:
+        sampled = rollout.evaluate(parts, act, states, sampled=True)
+        metrics.update({f"eval_sampled/{k}": v for k, v in rollout.summarize(sampled).items()})
+    return metrics
 
 
 def _use_compilation_cache(directory: str) -> None:

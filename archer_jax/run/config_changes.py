@@ -28,7 +28,7 @@ from archer_jax.config import base_config
 from archer_jax.errors import ConfigError
 
 FREE = (
-    "iterations", "eval_freq", "save_freq", "keep_checkpoints", "max_nonfinite_steps", "use_wandb", "wandb_project",
+    "iterations", "eval_freq", "eval_sampled", "save_freq", "keep_checkpoints", "max_nonfinite_steps", "use_wandb", "wandb_project",
     "compilation_cache", "env.workers", "env.timeout_s", "learner.micro_batch_size", "model.remat", "mesh.data",
     "mesh.fsdp", "mesh.tensor", "offline.data_dir",
 )

@@ -188,6 +188,25 @@ def _assert_same_run(reference, workdir: Path) -> None:
 
 
 @pytest.mark.slow
+def test_sampled_evaluation_adds_its_metrics_and_changes_nothing_else(straight, tmp_path):
+    _, reference = straight
+    train_and_evaluate(micro(**FOUR, eval_sampled=True), tmp_path)
+    actor, critic, _, loop = restored(tmp_path, micro(**FOUR))
+    assert_same_tree(actor.params, reference[0].params)
+    assert_same_tree(critic.params, reference[1].params)
+    sampled = lambda row: {k: v for k, v in row.items() if k.startswith("eval_sampled/")}  # noqa: E731
+    assert without_time([{k: v for k, v in h.items() if k not in sampled(h)} for h in loop["history"]]) == \
+        without_time(reference[3]["history"])
+    assert [{k: v for k, v in e.items() if k not in sampled(e)} for e in loop["evals"]] == reference[3]["evals"]
+    # Before training and at every evaluation, the same games sampled: a return in [-max_turns, 0].
+    assert [e["iteration"] for e in loop["evals"] if sampled(e)] == [0, 2, 4]
+    for e in loop["evals"]:
+        assert set(sampled(e)) == {f"eval_sampled/{k[len('eval/'):]}" for k in e if k.startswith("eval/")}
+        assert -micro().env.max_turns <= e["eval_sampled/return"] <= 0
+    assert [h["iteration"] for h in loop["history"] if sampled(h)] == [2, 4]
+
+
+@pytest.mark.slow
 def test_sigterm_saves_reports_and_exits_with_one_line_then_resume_is_exact(straight, tmp_path):
     _, reference = straight
     process = subprocess.Popen(cli(tmp_path, "--config.iterations=4", "--config.save_freq=2", "--config.eval_freq=2"),
