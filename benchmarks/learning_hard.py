@@ -99,6 +99,9 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
     "city": ("Guess My City: offline, offline then online, online from SFT", CITY,
              ("offline_archer", "online_from_offline", "online_from_sft"), (0, 1, 2)),
 }
+# Keys every run of a setting adds to its method's. The settings run first (weak, utd) read the
+# sampled policy from the games it played; an offline run plays none, so these evaluate it sampled.
+SETTING_OVERRIDES = {"city": ["eval_sampled=True"], "full": ["eval_sampled=True"]}
 # The runs a setting's tables take from another setting (the same config and method).
 BORROWS = {"utd": {"weak": ("archer", "ppo_gae")}}
 # A method whose runs start from another method's run of the same seed, trained first.
@@ -115,6 +118,7 @@ def train(setting: str, method: str, seed: int, workdir: Path) -> dict:
     """One run's summary (trained now, or found finished), labelled with its method; a run that
     starts from another method's run trains that one first (or finds it finished)."""
     label, agent, overrides, config = METHODS[method]
+    overrides = overrides + SETTING_OVERRIDES.get(setting, [])
     first = STARTS_FROM.get(method)
     if first is not None:
         train(setting, first, seed, workdir)
@@ -258,6 +262,19 @@ def measures(summaries: list[dict]) -> dict:
                          for a, pairs in invalid.items()})
 
 
+def sampled_evaluation(summary: dict) -> dict | None:
+    """The run read on its sampled evaluations (``eval_sampled``: the fixed games, sampled), or None
+    for a run without them."""
+    evals = summary["evals"]
+    if not evals or any("eval_sampled/return" not in e for e in evals):
+        return None
+    evals = [dict(iteration=e["iteration"], env_samples=e["env_samples"],
+                  **{f"eval/{k.split('/', 1)[1]}": v for k, v in e.items() if k.startswith("eval_sampled/")})
+             for e in evals]
+    return dict(summary, evals=evals, eval_return_before=evals[0]["eval/return"],
+                eval_return_after=evals[-1]["eval/return"], eval_success_after=evals[-1]["eval/success"])
+
+
 def report(setting: str, workdir: Path) -> dict | None:
     """One setting's tables from its finished runs (None when none has finished): on the greedy
     evaluations, and (``sampled``) on the train-time games."""
@@ -267,10 +284,12 @@ def report(setting: str, workdir: Path) -> dict | None:
     order = {m: i for i, m in enumerate(METHODS)}
     summaries.sort(key=lambda s: (order[s["method"]], s["config"]["seed"]))
     played = [p for p in map(sampled, summaries) if p is not None]
+    evaluated = [e for e in map(sampled_evaluation, summaries) if e is not None]
     title, config, methods, seeds = SETTINGS[setting]
     return dict(setting=setting, title=title, config=config, **measures(summaries),
                 sampled=dict(window=WINDOW, **measures(played)) if played else None,
-                overrides={m: [o.replace(str(ROOT.parent), "..") for o in METHODS[m][2]]
+                sampled_evaluation=measures(evaluated) if evaluated else None,
+                overrides={m: [o.replace(str(ROOT.parent), "..") for o in METHODS[m][2] + SETTING_OVERRIDES.get(setting, [])]
                            for m in dict.fromkeys(s["method"] for s in summaries)},
                 runs=[{k: s.get(k) for k in ("method", "agent", "env_samples", "evals", "rollouts", "wall_time_s",
                                              "benchmark_wall_s")} | dict(seed=s["config"]["seed"]) for s in summaries])
@@ -299,6 +318,9 @@ def markdown(results: list[dict]) -> str:
                   for m, o in r["overrides"].items()] + [""]
         parts += ["### Greedy evaluation (fixed games; CHAI: its best of k samples)", ""]
         _reading(parts, r, "eval return")
+        if r.get("sampled_evaluation"):
+            parts += ["### Sampled evaluation (the same fixed games, sampled as the rollouts are; `eval_sampled`)", ""]
+            _reading(parts, r["sampled_evaluation"], "sampled eval return")
         if r.get("sampled"):
             parts += [f"### Train-time return (the games each method played, mean over {r['sampled']['window']} "
                       "iterations; \"before\" is the first iteration's games)", ""]
@@ -321,18 +343,19 @@ def write(workdir: Path, out: Path, seconds: float) -> list[dict]:
 
 
 def _plot(results: list[dict], path: Path) -> None:
-    """One column per setting: the greedy evaluations above, the train-time return below."""
+    """One column per setting: the greedy evaluations above; below, the sampled evaluations where the
+    runs have them, else the train-time return."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    readings = (("eval return, fixed games (greedy; CHAI: best of k)", lambda r: r),
-                ("train-time return (its own games, sampled)", lambda r: r.get("sampled")))
     fig, axes = plt.subplots(2, len(results), figsize=(9.0 * len(results), 9.2), squeeze=False)
     for column, r in enumerate(results):
-        for row, (ylabel, pick) in enumerate(readings):
-            ax, reading = axes[row][column], pick(r)
+        below = ("eval return, fixed games (sampled)", r["sampled_evaluation"]) if r.get("sampled_evaluation") \
+            else ("train-time return (its own games, sampled)", r.get("sampled"))
+        for row, (ylabel, reading) in enumerate((("eval return, fixed games (greedy; CHAI: best of k)", r), below)):
+            ax = axes[row][column]
             ax.set_title(r["title"] + "\nmean over seeds, band min..max", fontsize="medium")
             ax.set_xlabel("env samples (transitions collected)")
             ax.set_ylabel(ylabel)

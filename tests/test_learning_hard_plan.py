@@ -110,3 +110,22 @@ def test_the_paper_measure_takes_the_best_tuned_ppo(lh):
     assert "at or below its start" not in lh.target_table(t)
     collapsed = lh.target(lh.se.efficiency(runs, -12.0), runs, "ppo_gae")
     assert "at or below its start (-10.00)" in lh.target_table(collapsed)
+
+
+def test_the_sampled_evaluation_reading_takes_the_eval_sampled_metrics(lh):
+    run = summary("offline_archer", 0, [-12.0, -10.0])
+    assert lh.sampled_evaluation(run) is None  # a run without eval_sampled
+    for e, r in zip(run["evals"], (-11.0, -7.0)):
+        e.update({"iteration": 0, "eval/success": 0.0, "eval_sampled/return": r, "eval_sampled/success": 0.5})
+    read = lh.sampled_evaluation(run)
+    assert [e["eval/return"] for e in read["evals"]] == [-11.0, -7.0]
+    assert (read["eval_return_before"], read["eval_return_after"], read["eval_success_after"]) == (-11.0, -7.0, 0.5)
+    assert run["eval_return_after"] == -10.0  # the greedy reading is left as it was
+
+
+def test_city_and_full_runs_evaluate_sampled_too(lh, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(lh.learning, "run_one", lambda config, workdir, agent, seed, overrides: calls.append(overrides) or {})
+    lh.train("city", "online_from_sft", 0, tmp_path)
+    lh.train("weak", "archer", 0, tmp_path)
+    assert calls == [["eval_sampled=True"], []]
