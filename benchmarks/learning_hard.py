@@ -108,8 +108,9 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
 # Keys every run of a setting adds to its method's. The settings run first (weak, utd) read the
 # sampled policy from the games it played; an offline run plays none, so these evaluate it sampled.
 SETTING_OVERRIDES = {"city": ["eval_sampled=True"], "full": ["eval_sampled=True"]}
-# The runs a setting's tables take from another setting (the same config and method).
-BORROWS = {"utd": {"weak": ("archer", "ppo_gae")}}
+# The runs a setting's tables take from another setting (the same config and method): the weak
+# setting's tables show ArCHer with the paper's warm-up too (train it with --setting utd).
+BORROWS = {"utd": {"weak": ("archer", "ppo_gae")}, "weak": {"utd": ("archer_warm",)}}
 # A method whose runs start from another method's run of the same seed, trained first.
 STARTS_FROM = {"online_from_offline": "offline_archer"}
 FILES = ("learning_hard.json", "learning_hard.png", "learning_hard.md")
