@@ -23,6 +23,9 @@ which one in four is the optimal expert's and three are a random player's (rando
 game, now and then a random guess), so the warm-started policy wins about a quarter of the
 evaluation games (eval return -9.1, success 0.28, where the optimal expert's return is -3.1), and
 40 iterations for RL to climb from there. ``benchmarks/learning_hard.py`` compares the methods on it.
+Most of that policy's sampled turns are invalid questions; ArCHer climbs from it with the paper's
+critic warm-up (``--config.warmup_iter=20 --config.critic_steps=40 --config.actor_steps=12``), not
+with the tiny preset's five warm-up iterations.
 
 ``small`` is the full game (157 objects, 20 turns, the embedded oracle) on a CPU: a 4-layer,
 128-wide GPT-2 and a matching RoBERTa built offline (``small:gpt2``, ``small:roberta``), SFT on a
