@@ -82,6 +82,10 @@ METHODS = {
     # At 1e-5 and 3e-5 PPO drifts to invalid questions (70% of the weak start's sampled turns, over 95%
     # ten iterations on) and loses every game: a smaller step.
     "ppo_gae_lr03": ("PPO + gae, actor_lr 3e-6", "ppo", ["ppo.adv_estimator=gae", "learner.actor_lr=3e-6"], None),
+    # GAE with lam < 1 over tokens favours long utterances while the value model is still flat: the
+    # -1 at a turn's end reaches the first tokens of a 32-token utterance with weight 0.95^31 = 0.2,
+    # those of a 6-token one with 0.77. From the weak start the long utterances are garbage.
+    "ppo_gae_lam1": ("PPO + gae, lam 1", "ppo", ["ppo.adv_estimator=gae", "ppo.lam=1.0"], None),
     "ppo_gae_epochs8": ("PPO + gae, 8 epochs", "ppo", ["ppo.adv_estimator=gae", "ppo.epochs=8"], None),
     "ppo_gae_mb16": ("PPO + gae, minibatches of 16", "ppo", ["ppo.adv_estimator=gae", "batch_size=16"], None),
     # Guess My City: offline ArCHer on the official dialogues, online ArCHer from it and from SFT. All
@@ -100,7 +104,7 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
              ("archer", "ppo_gae", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
     "utd": ("20Q subset, weak start: update-to-data ratio and PPO tuning", WEAK,
             ("archer_utd2", "archer_utd4", "archer_critic_lr", "archer_warm", "ppo_gae_lr3", "ppo_gae_lr03",
-             "ppo_gae_epochs8", "ppo_gae_mb16"),
+             "ppo_gae_lam1", "ppo_gae_epochs8", "ppo_gae_mb16"),
             (0, 1)),
     "city": ("Guess My City: offline, offline then online, online from SFT", CITY,
              ("offline_archer", "online_from_offline", "online_from_sft"), (0, 1, 2)),
