@@ -50,6 +50,8 @@ class PPOConfig:
     vf_coef: float = 0.5
     kl_coef: float = 0.0
     gamma: float = 1.0  # per token
+    # Per token: with a flat value model, lam < 1 gives a long utterance's tokens a higher advantage
+    # than a short one's (the turn's -1 reaches them discounted by more tokens); 1.0 does not.
     lam: float = 0.95
     high_level_gamma: float = 0.95  # archer_ragen's turn-level discount
     archer_alpha: float = 0.1  # archer_ragen's mixing weight
