@@ -163,6 +163,7 @@ def sampled(summary: dict, window: int = WINDOW) -> dict | None:
     games = summary.get("rollouts") or []
     if len(games) < window:
         return None
+
     def mean(key: str, part: list[dict]) -> float | None:
         values = [g[key] for g in part if g.get(key) is not None]
         return statistics.mean(values) if values else None
@@ -174,6 +175,11 @@ def sampled(summary: dict, window: int = WINDOW) -> dict | None:
         evals.append({"env_samples": part[-1]["env_samples"], "iteration": part[-1]["iteration"],
                       "eval/return": mean("ret", part), "eval/success": mean("success", part),
                       "eval/invalid": mean("invalid", part)})
+    return read_as(summary, evals)
+
+
+def read_as(summary: dict, evals: list[dict]) -> dict:
+    """``summary`` with ``evals`` in place of its greedy evaluations, and its before/after from them."""
     return dict(summary, evals=evals, eval_return_before=evals[0]["eval/return"],
                 eval_return_after=evals[-1]["eval/return"], eval_success_after=evals[-1]["eval/success"])
 
@@ -282,13 +288,13 @@ def sampled_evaluation(summary: dict) -> dict | None:
     evals = [dict(iteration=e["iteration"], env_samples=e["env_samples"],
                   **{f"eval/{k.split('/', 1)[1]}": v for k, v in e.items() if k.startswith("eval_sampled/")})
              for e in evals]
-    return dict(summary, evals=evals, eval_return_before=evals[0]["eval/return"],
-                eval_return_after=evals[-1]["eval/return"], eval_success_after=evals[-1]["eval/success"])
+    return read_as(summary, evals)
 
 
 def report(setting: str, workdir: Path) -> dict | None:
     """One setting's tables from its finished runs (None when none has finished): on the greedy
-    evaluations, and (``sampled``) on the train-time games."""
+    evaluations, (``sampled``) on the train-time games, and (``sampled_evaluation``) on the sampled
+    evaluations where the runs have them."""
     summaries = summaries_of(setting, workdir)
     if not summaries:
         return None
