@@ -98,9 +98,10 @@ def _mean(values: dict) -> float | None:
     return statistics.mean(hits) if hits else None
 
 
-def efficiency(summaries: list[dict], threshold: float) -> list[dict]:
+def efficiency(summaries: list[dict], threshold: float, reference: str = "archer") -> list[dict]:
     """Per method and seed: the samples to first reach the threshold and the samples from which the
-    return stays at or above it; each one's mean over the seeds that got there, and its ratio to ArCHer's."""
+    return stays at or above it; each one's mean over the seeds that got there, and its ratio to
+    that of ``reference`` (ArCHer unless named: the method the ratios are to)."""
     rows = []
     for method in dict.fromkeys(s["method"] for s in summaries):
         runs = [s for s in summaries if s["method"] == method]
@@ -111,8 +112,9 @@ def efficiency(summaries: list[dict], threshold: float) -> list[dict]:
                          mean_samples=_mean(reached),
                          samples_held=held, held=sum(v is not None for v in held.values()), mean_held=_mean(held),
                          total_samples=statistics.mean(s["env_samples"] for s in runs)))
-    archer = next((r for r in rows if r["method"] == "archer"), None)
+    archer = next((r for r in rows if r["method"] == reference), None)
     for r in rows:
+        r["reference"] = reference
         for key, ratio in (("mean_samples", "ratio_to_archer"), ("mean_held", "held_ratio_to_archer")):
             base = archer[key] if archer else None
             r[ratio] = r[key] / base if base and r[key] is not None else None
@@ -132,11 +134,13 @@ def table(rows: list[dict], quality: list[dict], threshold: float, measure: str 
     """The markdown table: final returns (``measure``), samples to first reach the threshold, samples
     from which it holds."""
     after = {q["agent"]: q for q in quality}
-    archer = next((r for r in rows if r["method"] == "archer"), None)
-    lines = [f"| method | {measure} before | after: mean ± std | first ≥ {threshold:.2f}: env samples per seed "
-             f"| mean (seeds) | ratio to ArCHer | stays ≥ {threshold:.2f} from: env samples per seed | mean (seeds) "
-             "| ratio to ArCHer | env samples in all | wall s / run |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    reference = rows[0].get("reference", "archer") if rows else "archer"
+    archer = next((r for r in rows if r["method"] == reference), None)
+    lines = [] if reference == "archer" or archer is None else [f"Ratios to ArCHer are to {archer['label']}.", ""]
+    lines += [f"| method | {measure} before | after: mean ± std | first ≥ {threshold:.2f}: env samples per seed "
+              f"| mean (seeds) | ratio to ArCHer | stays ≥ {threshold:.2f} from: env samples per seed | mean (seeds) "
+              "| ratio to ArCHer | env samples in all | wall s / run |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         q = after[r["label"]]
         cells = [r["label"], f"{q['before']:.2f}", f"{q['after_mean']:.2f} ± {q['after_std']:.2f}",

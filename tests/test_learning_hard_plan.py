@@ -129,3 +129,19 @@ def test_city_and_full_runs_evaluate_sampled_too(lh, tmp_path, monkeypatch):
     lh.train("city", "online_from_sft", 0, tmp_path)
     lh.train("weak", "archer", 0, tmp_path)
     assert calls == [["eval_sampled=True"], []]
+
+
+def test_ratios_are_to_the_best_tuned_archer(lh):
+    runs = [summary("archer", 0, [-10.0, -11.0, -12.0]),  # the default never reaches -8
+            summary("archer_warm", 0, [-10.0, -9.0, -7.0]),  # first at 200
+            summary("archer_utd2", 0, [-10.0, -9.5, -9.0]),
+            summary("chai", 0, [-10.0, -8.0, -8.0])]  # first at 100
+    assert lh.best_of(runs, "archer") == "archer_warm"
+    assert lh.best_of(runs, "ppo_gae") is None
+    rows = {r["method"]: r for r in lh.measures(runs)["rows"]}  # threshold halfway to -7: -8.5
+    assert rows["chai"]["ratio_to_archer"] == 100 / 200 and rows["archer_warm"]["ratio_to_archer"] == 1.0
+    text = lh.se.table(list(rows.values()), lh.learning.aggregate(runs), -8.5)
+    assert text.startswith("Ratios to ArCHer are to archer_warm.") and "> 1.00x" in text  # the default: never
+    plain = lh.se.efficiency(runs, -8.5)  # the default reference: plain ArCHer, which never gets there
+    assert all(r["ratio_to_archer"] is None for r in plain)
+    assert lh.se.table(plain, lh.learning.aggregate(runs), -8.5).startswith("| method")
