@@ -98,6 +98,7 @@ KEY_DOCS: dict[str, str] = {
     "sft.dialogues": "expert dialogues played for the SFT data (sft.data=experts)",
     "sft.experts": "comma-separated expert kinds (archer_jax.envs.experts.EXPERTS), taken in turn",
     "sft.seed": "the SFT seed (the same warm start for every run seed)",
+    "sft.cache": "a directory of SFT results: a run whose SFT would compute one stored there takes it (\"\" = off)",
     "mesh.data": "devices on the data axis (-1 = all remaining devices)",
     "mesh.fsdp": "devices on the fsdp axis (batch and parameter shards; -1 = all remaining)",
     "mesh.tensor": "devices on the tensor axis (heads, MLP and vocabulary columns; -1 = all remaining)",

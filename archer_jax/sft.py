@@ -46,6 +46,8 @@ class SFTConfig:
     experts: str = "optimal"  # comma-separated kinds from archer_jax.envs.experts.EXPERTS
     # The warm start is the same for every run seed, as the paper's runs all start from one SFT checkpoint.
     seed: int = 0
+    # A directory of SFT results (archer_jax.sft_cache): runs that would do the same SFT do it once.
+    cache: str = ""
 
     def __post_init__(self):
         for name in ("lr", "batch_size", "dialogues"):
@@ -55,6 +57,8 @@ class SFTConfig:
         for name in ("steps", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if self.cache and Path(self.cache).expanduser().is_file():
+            raise ValueError(f"cache: {self.cache} is a file; give a directory (made when missing)")
         if not self.steps and self.data not in SOURCES:
             raise ValueError(f"data: {self.data} is given but config.sft.steps is 0, so no warm start reads it; "
                              "set --config.sft.steps (> 0) or leave sft.data out")

@@ -44,7 +44,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from archer_jax import agents, distributed, handover, memory_plan, rollout, sft
+from archer_jax import agents, distributed, handover, memory_plan, rollout, sft, sft_cache
 from archer_jax.agents.agent import Agent, timed
 from archer_jax.config import MICRO
 from archer_jax.errors import RunInterrupted, TrainingError
@@ -309,12 +309,28 @@ def _save(checkpoints: Checkpoints, step: int, states: States, replay, loop: Loo
 
 
 def warm_start(agent: Agent, states: States, writers: report.Writers) -> tuple[States, dict[str, Any]]:
-    """SFT on the demonstrations of ``config.sft.data``; the actor's Adam starts fresh after it."""
+    """SFT on the demonstrations of ``config.sft.data`` (or its result from ``config.sft.cache``);
+    the actor's Adam starts fresh after it."""
     parts = agent.parts
     c = parts.config
     observations, actions = sft.demonstrations(c)
-    step, start_state = agent.sft_step(c.sft.lr, limit=auto_limit(parts.mesh.devices.flat[0].platform, c.sft.batch_size))
+    limit = auto_limit(parts.mesh.devices.flat[0].platform, c.sft.batch_size)
+    step, start_state = agent.sft_step(c.sft.lr, limit=limit)
     start = time.perf_counter()
+    entry = None
+    if c.sft.cache and distributed.multiprocess():
+        log.warning("config.sft.cache: not used by a run over several processes; the SFT is done here")
+    elif c.sft.cache:
+        entry = sft_cache.key(start_state.params, observations, actions, _sft_settings(agent, limit))
+        found = sft_cache.load(c.sft.cache, entry, start_state.params)
+        if found is not None:
+            params, history, info = found
+            for step in range(0, len(history), max(1, len(history) // 50)):
+                writers.scalars(step + 1, {f"sft/{k}": v for k, v in history[step].items()})
+            info = dict(info, cache=str(Path(c.sft.cache).expanduser() / entry))
+            log.info("SFT: %d steps on %d pairs, taken from the cache %s (loss %.3f -> %.3f)", c.sft.steps,
+                     len(observations), info["cache"], info["first_loss"], info["last_loss"])
+            return States(agent.init_actor(params), states.critic), info
     with report.progress_bar(c.sft.steps, "SFT", "step") as bar:  # a log line every 30 s without a terminal
 
         def progress(step: int, metrics: dict) -> None:
@@ -334,7 +350,20 @@ def warm_start(agent: Agent, states: States, writers: report.Writers) -> tuple[S
     )
     log.info("SFT: %d steps on %d pairs (%s), loss %.3f -> %.3f, %.1f s", c.sft.steps, len(observations),
              c.sft.data, info["first_loss"], info["last_loss"], info["seconds"])
+    if entry is not None:
+        info["cache"] = str(sft_cache.save(c.sft.cache, entry, actor.params, history, info))
     return States(agent.init_actor(actor.params), states.critic), info
+
+
+def _sft_settings(agent: Agent, limit: int | None) -> dict[str, Any]:
+    """What an SFT's result depends on besides its demonstrations and starting parameters."""
+    c = agent.parts.config
+    devices = agent.parts.mesh.devices
+    return dict(sft={k: c.sft[k] for k in ("steps", "lr", "batch_size", "seed")}, limit=limit,
+                optimizer=type(agent).actor_optimizer.__qualname__, max_grad_norm=c.learner.max_grad_norm,
+                critic_lr=c.learner.critic_lr, value_head=c.ppo.value_head, remat=c.model.remat,
+                precision=str(jax.config.jax_default_matmul_precision), mesh=dict(agent.parts.mesh.shape),
+                devices=[devices.flat[0].platform, devices.flat[0].device_kind, devices.size])
 
 
 def _evaluate(parts: Parts, act, states: States) -> dict[str, float]:

@@ -128,7 +128,9 @@ def test_city_and_full_runs_evaluate_sampled_too(lh, tmp_path, monkeypatch):
     monkeypatch.setattr(lh.learning, "run_one", lambda config, workdir, agent, seed, overrides: calls.append(overrides) or {})
     lh.train("city", "online_from_sft", 0, tmp_path)
     lh.train("weak", "archer", 0, tmp_path)
-    assert calls == [["eval_sampled=True"], []]
+    lh.train("full", "ppo_gae", 1, tmp_path)  # the full game's runs share one SFT
+    assert calls == [["eval_sampled=True"], [],
+                     ["ppo.adv_estimator=gae", "eval_sampled=True", f"sft.cache={tmp_path}/full/sft_cache"]]
 
 
 def test_ratios_are_to_the_best_tuned_archer(lh):

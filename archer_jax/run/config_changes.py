@@ -5,7 +5,7 @@ with a checkpoint to resume, the new config is compared with it, key by key:
 
 - :data:`FREE` keys (how long to run, how often to report, where and how to compute) change
   freely: they do not change what is learned from a given state.
-- :data:`FIXED` keys cannot change: the checkpoint was made under them (its networks, replay
+- :data:`FIXED` keys (less the :data:`FREE` ones among them, such as ``sft.cache``) cannot change: the checkpoint was made under them (its networks, replay
   buffer, warm start and random streams), so a new value could not be applied truthfully.
 - Every other key (learning rates, gamma, step counts, sampling, ...) changes only with
   ``--allow_config_changes``; it then applies from the next iteration on.
@@ -30,7 +30,7 @@ from archer_jax.errors import ConfigError
 FREE = (
     "iterations", "eval_freq", "eval_sampled", "save_freq", "keep_checkpoints", "max_nonfinite_steps", "use_wandb", "wandb_project",
     "compilation_cache", "env.workers", "env.timeout_s", "learner.micro_batch_size", "model.remat", "mesh.data",
-    "mesh.fsdp", "mesh.tensor", "offline.data_dir",
+    "mesh.fsdp", "mesh.tensor", "offline.data_dir", "sft.cache",
 )
 FIXED = (
     "agent", "seed", "capacity", "env.name", "model.policy", "model.critic", "model.critic_embedding", "model.lora.",
@@ -83,7 +83,7 @@ def _describe(changes: Changes) -> str:
 def check_resume(changes: Changes, workdir: Path, allow: bool) -> Changes:
     """The changes a resume applies; raises :class:`ConfigError` (one line naming the keys) for a
     change of a :data:`FIXED` key, or of any non-:data:`FREE` key unless ``allow``."""
-    fixed = {k: v for k, v in changes.items() if _matches(k, FIXED)}
+    fixed = {k: v for k, v in changes.items() if _matches(k, FIXED) and not _matches(k, FREE)}
     if fixed:
         raise ConfigError(
             f"{workdir}: the run there was made with other values of keys a resume cannot change ({_describe(fixed)}); "

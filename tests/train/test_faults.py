@@ -281,11 +281,13 @@ def test_allowed_changes_apply_from_the_next_iteration_and_are_recorded(finished
 
 def test_free_keys_change_without_the_flag(finished, tmp_path, caplog):
     workdir = _copy(finished, tmp_path)
-    c = micro(**{**THREE, "iterations": 4, "eval_freq": 2})
+    # sft.cache is free although the other sft.* keys are fixed: the warm start is done.
+    c = micro(**{**THREE, "iterations": 4, "eval_freq": 2}, sft__cache=str(tmp_path / "cache"))
     with caplog.at_level(logging.WARNING, logger="archer_jax"):
         changes = train._config_changes(c, workdir, Checkpoints(workdir / "checkpoints"), allow=False)
-    assert changes == {"eval_freq": (3, 2), "iterations": (3, 4)}
-    assert any("resuming with changed config keys: eval_freq, iterations" in r.getMessage() for r in caplog.records)
+    assert changes == {"eval_freq": (3, 2), "iterations": (3, 4), "sft.cache": ("", str(tmp_path / "cache"))}
+    assert any("resuming with changed config keys: eval_freq, iterations, sft.cache" in r.getMessage()
+               for r in caplog.records)
     assert json.loads((workdir / "config.json").read_text())["eval_freq"] == 2
 
 

@@ -166,9 +166,10 @@ FOUR = dict(iterations=4, save_freq=2, eval_freq=2)
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory):
-    """Four iterations without interruption: the reference for the resumed runs."""
+    """Four iterations without interruption: the reference for the resumed runs. It stores its SFT
+    in ``sft_cache`` (its workdir's), which the runs compared with it do not: so storing changes nothing."""
     workdir = tmp_path_factory.mktemp("straight")
-    c = micro(**FOUR)
+    c = micro(**FOUR, sft__cache=str(workdir / "sft_cache"))
     train_and_evaluate(c, workdir)
     return workdir, restored(workdir, c)
 
@@ -204,6 +205,26 @@ def test_sampled_evaluation_adds_its_metrics_and_changes_nothing_else(straight, 
         assert set(sampled(e)) == {f"eval_sampled/{k[len('eval/'):]}" for k in e if k.startswith("eval/")}
         assert -micro().env.max_turns <= e["eval_sampled/return"] <= 0
     assert [h["iteration"] for h in loop["history"] if sampled(h)] == [2, 4]
+
+
+@pytest.mark.slow
+def test_a_run_that_takes_its_sft_from_the_cache_is_the_same_run(straight, tmp_path, caplog):
+    workdir, _ = straight
+    (entry,) = (workdir / "sft_cache").iterdir()  # the straight run's SFT
+    stored = json.loads((workdir / "summary.json").read_text())["sft"]
+    assert stored["cache"] == str(entry)
+    ref_actor, ref_critic, _, ref_loop = restored(workdir, micro(**FOUR), step=2)  # its first two iterations
+    with caplog.at_level(logging.INFO, logger="archer_jax"):
+        taken = train_and_evaluate(micro(**dict(FOUR, iterations=2), sft__cache=str(entry.parent)), tmp_path)
+    assert "taken from the cache" in caplog.text and taken["sft"]["cache"] == str(entry)
+    assert {k: taken["sft"][k] for k in ("first_loss", "last_loss", "pairs")} == \
+        {k: stored[k] for k in ("first_loss", "last_loss", "pairs")}
+    actor, critic, _, loop = restored(tmp_path, micro(**FOUR))
+    assert_same_tree(actor.params, ref_actor.params)
+    assert_same_tree(critic.params, ref_critic.params)
+    assert without_time(loop["history"]) == without_time(ref_loop["history"])
+    assert loop["evals"] == ref_loop["evals"]
+    assert list(entry.parent.iterdir()) == [entry]
 
 
 @pytest.mark.slow
