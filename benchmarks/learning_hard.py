@@ -168,7 +168,10 @@ def finished(setting: str, method: str, seed: int, workdir: Path) -> dict | None
     rollouts = [dict(iteration=h["iteration"], env_samples=h["env_samples"], ret=h["rollout/return"],
                      success=h["rollout/success"], invalid=h.get("rollout/invalid")) for h in history
                 if "rollout/return" in h]
-    return dict(summary, agent=METHODS[method][0], method=method, rollouts=rollouts)
+    # The env samples collected before the policy's first update (None: it has none, as CHAI's, or
+    # plays no games, as an offline run).
+    actor_from = next((h["env_samples"] for h in history if h.get("time/actor", 0.0) > 0), None) if rollouts else None
+    return dict(summary, agent=METHODS[method][0], method=method, rollouts=rollouts, actor_from=actor_from)
 
 
 def sampled(summary: dict, window: int = WINDOW) -> dict | None:
@@ -297,8 +300,13 @@ def measures(summaries: list[dict]) -> dict:
         first, last = s["evals"][0].get("eval/invalid"), s["evals"][-1].get("eval/invalid")
         if first is not None and last is not None:
             invalid.setdefault(s["agent"], []).append((first, last))
+    after_warmup = {}  # per method: env samples from the policy's first update to the threshold, per seed
+    for r in rows:
+        for s in (s for s in summaries if s["method"] == r["method"] and s.get("actor_from") is not None):
+            reached = r["samples_to_threshold"][s["config"]["seed"]]
+            after_warmup.setdefault(r["label"], []).append(None if reached is None else max(0, reached - s["actor_from"]))
     return dict(threshold=threshold, threshold_basis=basis, rows=rows, quality=quality, target=paper,
-                curves=learning.curves(summaries),
+                curves=learning.curves(summaries), after_first_update=after_warmup,
                 invalid={a: [statistics.mean(v[0] for v in pairs), statistics.mean(v[1] for v in pairs)]
                          for a, pairs in invalid.items()})
 
@@ -313,6 +321,15 @@ def sampled_evaluation(summary: dict) -> dict | None:
                   **{f"eval/{k.split('/', 1)[1]}": v for k, v in e.items() if k.startswith("eval_sampled/")})
              for e in evals]
     return read_as(summary, evals)
+
+
+def _first_updates(summaries: list[dict]) -> dict[str, list[int]]:
+    """Per method (label): each seed's env samples before the policy's first update."""
+    out = {}
+    for s in summaries:
+        if s.get("actor_from") is not None:
+            out.setdefault(s["agent"], []).append(s["actor_from"])
+    return out
 
 
 def report(setting: str, workdir: Path) -> dict | None:
@@ -332,6 +349,7 @@ def report(setting: str, workdir: Path) -> dict | None:
                 sampled_evaluation=measures(evaluated) if evaluated else None,
                 overrides={m: [o.replace(str(ROOT.parent), "..") for o in METHODS[m][2] + SETTING_OVERRIDES.get(setting, [])]
                            for m in dict.fromkeys(s["method"] for s in summaries)},
+                first_update={a: statistics.mean(v) for a, v in _first_updates(summaries).items()},
                 runs=[{k: s.get(k) for k in ("method", "agent", "env_samples", "evals", "rollouts", "wall_time_s",
                                              "benchmark_wall_s")} | dict(seed=s["config"]["seed"]) for s in summaries])
 
@@ -347,6 +365,11 @@ def _reading(parts: list[str], r: dict, measure: str) -> None:
     if r.get("invalid"):
         parts += ["Invalid turns (questions the game does not understand), first point -> last, mean over seeds: "
                   + "; ".join(f"{a} {v[0]:.2f} -> {v[1]:.2f}" for a, v in r["invalid"].items()) + ".", ""]
+    if r.get("after_first_update"):
+        cell = lambda v: "never" if v is None else f"{v:.0f}"  # noqa: E731
+        parts += ["From the policy's first update (after any critic-only warm-up) to the threshold, env samples "
+                  "per seed: " + "; ".join(f"{a} {', '.join(map(cell, v))}" for a, v in r["after_first_update"].items())
+                  + ".", ""]
     if r["target"]:
         parts += [target_table(r["target"]), ""]
 
@@ -357,6 +380,10 @@ def markdown(results: list[dict]) -> str:
         parts += [f"## {r['title']}", "", f"Config `{r['config']}` unless a method names its own; each method's keys:", ""]
         parts += [f"- {m}: {'`' + METHODS[m][3] + '` ' if METHODS[m][3] else ''}agent={METHODS[m][1]} {' '.join(o)}"
                   for m, o in r["overrides"].items()] + [""]
+        if r.get("first_update"):
+            parts += ["Env samples collected before the policy's first update, mean over seeds (a critic-only warm-up "
+                      "delays it; CHAI has none, its critic chooses among the policy's samples from the start): "
+                      + "; ".join(f"{a} {v:.0f}" for a, v in r["first_update"].items()) + ".", ""]
         parts += ["### Greedy evaluation (fixed games; CHAI: its best of k samples)", ""]
         _reading(parts, r, "eval return")
         if r.get("sampled_evaluation"):

@@ -147,3 +147,22 @@ def test_ratios_are_to_the_best_tuned_archer(lh):
     plain = lh.se.efficiency(runs, -8.5)  # the default reference: plain ArCHer, which never gets there
     assert all(r["ratio_to_archer"] is None for r in plain)
     assert lh.se.table(plain, lh.learning.aggregate(runs), -8.5).startswith("| method")
+
+
+def test_samples_after_a_warm_up_are_counted_from_the_policys_first_update(lh, tmp_path):
+    # A run's history: the critic alone for two iterations, then the actor too.
+    run = lh.run_dir(tmp_path, "utd", "archer_warm", 0)
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps(summary("archer_warm", 0, [-10.0, -10.0, -8.0])))
+    rows = [{"iteration": i, "env_samples": 100 * i, "rollout/return": -10.0, "rollout/success": 0.0,
+             "time/actor": 0.0 if i <= 2 else 1.5} for i in (1, 2, 3, 4)]
+    (run / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    warm = lh.finished("utd", "archer_warm", 0, tmp_path)
+    assert warm["actor_from"] == 300  # iteration 3's samples were collected before its first actor step
+    chai = summary("chai", 0, [-10.0, -9.0, -8.0])
+    reading = lh.measures([summary("archer", 0, [-10.0, -9.0, -8.0]) | dict(actor_from=100),
+                           warm | dict(evals=[dict(e, env_samples=200 * i) for i, e in enumerate(warm["evals"])]),
+                           chai | dict(actor_from=None)])
+    # Threshold halfway from -10 to -8: -9; ArCHer first at 100 (0 after its update at 100), the
+    # warmed-up one at 400 (100 after 300); CHAI has no policy update and no entry.
+    assert reading["after_first_update"] == {"archer": [0], lh.METHODS["archer_warm"][0]: [100]}
