@@ -21,7 +21,9 @@ seed changed (``benchmarks/learning.py``'s ``run_one``), in ``--workdir/<setting
 finished run is not trained again and an interrupted one resumes from its last checkpoint, so the
 benchmark resumes with the same command. After each run finishes, the results of every finished
 run of every setting are written again (``benchmarks/results/learning_hard.{json,png,md}``), and
-with ``--commit`` committed, so that work done is never lost.
+with ``--commit`` committed, so that work done is never lost. A run those results hold is kept in
+them, and not trained again, when its workdir is gone (a fresh machine); to train it again, remove
+it from the JSON or pass another ``--out``.
 
     python benchmarks/learning_hard.py --setting weak --jobs 2 --commit
     python benchmarks/learning_hard.py --setting utd --jobs 2 --commit
@@ -203,13 +205,50 @@ def read_as(summary: dict, evals: list[dict]) -> dict:
                 eval_return_after=evals[-1]["eval/return"], eval_success_after=evals[-1]["eval/success"])
 
 
-def summaries_of(setting: str, workdir: Path) -> list[dict]:
-    """The finished runs a setting's tables read: its own, and those it borrows."""
+def recorded(out: Path) -> dict[tuple[str, int, int], dict]:
+    """The runs the results file in ``out`` holds, by (setting, method, seed), in the shape of a
+    finished run's summary: the tables keep a run whose workdir is gone (another machine, a cleaned
+    disk), and it is not trained again. The setting is the one that trains the run, which a borrowing
+    setting's table names too."""
+    path = out / FILES[0]
+    if not path.is_file():
+        return {}
+    try:
+        settings = json.loads(path.read_text())["settings"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f"{path}: not a learning_hard results file ({error}); move it away to start afresh")
+    kept = {}
+    for entry in settings:
+        for run in entry["runs"]:
+            method, seed, evals = run["method"], run["seed"], run["evals"]
+            if method not in METHODS or not evals:
+                continue
+            origin = run.get("setting") or _trained_in(entry["setting"], method)
+            kept[(origin, method, seed)] = dict(
+                method=method, agent=METHODS[method][0], config=dict(seed=seed), evals=evals,
+                rollouts=run.get("rollouts") or [], env_samples=run["env_samples"], wall_time_s=run["wall_time_s"],
+                benchmark_wall_s=run.get("benchmark_wall_s"), actor_from=run.get("actor_from"),
+                eval_return_before=evals[0]["eval/return"], eval_return_after=evals[-1]["eval/return"],
+                eval_success_after=evals[-1]["eval/success"], recorded_in=FILES[0])
+    return kept
+
+
+def _trained_in(setting: str, method: str) -> str:
+    """The setting that trains ``method``'s runs shown in ``setting``'s table (its own, or the one it
+    borrows them from)."""
+    if method in SETTINGS[setting][2]:
+        return setting
+    return next((other for other, borrowed in BORROWS.get(setting, {}).items() if method in borrowed), setting)
+
+
+def summaries_of(setting: str, workdir: Path, kept: dict | None = None) -> list[dict]:
+    """The finished runs a setting's tables read: its own, and those it borrows; from the workdir, else
+    as ``kept`` (``recorded``) holds them."""
     _, _, methods, seeds = SETTINGS[setting]
     runs = [(setting, m, s) for m in methods for s in seeds]
     for other, borrowed in BORROWS.get(setting, {}).items():
         runs = [(other, m, s) for m in borrowed for s in seeds] + runs
-    found = (finished(*run, workdir) for run in runs)
+    found = (finished(*run, workdir) or (kept or {}).get(run) for run in runs)
     return [s for s in found if s is not None]
 
 
@@ -332,11 +371,11 @@ def _first_updates(summaries: list[dict]) -> dict[str, list[int]]:
     return out
 
 
-def report(setting: str, workdir: Path) -> dict | None:
+def report(setting: str, workdir: Path, kept: dict | None = None) -> dict | None:
     """One setting's tables from its finished runs (None when none has finished): on the greedy
     evaluations, (``sampled``) on the train-time games, and (``sampled_evaluation``) on the sampled
-    evaluations where the runs have them."""
-    summaries = summaries_of(setting, workdir)
+    evaluations where the runs have them. ``kept``: runs recorded in the results (``recorded``)."""
+    summaries = summaries_of(setting, workdir, kept)
     if not summaries:
         return None
     order = {m: i for i, m in enumerate(METHODS)}
@@ -350,8 +389,9 @@ def report(setting: str, workdir: Path) -> dict | None:
                 overrides={m: [o.replace(str(ROOT.parent), "..") for o in METHODS[m][2] + SETTING_OVERRIDES.get(setting, [])]
                            for m in dict.fromkeys(s["method"] for s in summaries)},
                 first_update={a: statistics.mean(v) for a, v in _first_updates(summaries).items()},
-                runs=[{k: s.get(k) for k in ("method", "agent", "env_samples", "evals", "rollouts", "wall_time_s",
-                                             "benchmark_wall_s")} | dict(seed=s["config"]["seed"]) for s in summaries])
+                runs=[{k: s.get(k) for k in ("method", "agent", "env_samples", "evals", "rollouts", "actor_from",
+                                             "wall_time_s", "benchmark_wall_s")}
+                      | dict(seed=s["config"]["seed"], setting=_trained_in(setting, s["method"])) for s in summaries])
 
 
 def _reading(parts: list[str], r: dict, measure: str) -> None:
@@ -397,8 +437,10 @@ def markdown(results: list[dict]) -> str:
 
 
 def write(workdir: Path, out: Path, seconds: float) -> list[dict]:
-    """learning_hard.{json,png,md} from every setting's finished runs."""
-    results = [r for r in (report(s, workdir) for s in SETTINGS) if r is not None]
+    """learning_hard.{json,png,md} from every setting's finished runs: those in the workdir, and those
+    the results in ``out`` already hold."""
+    kept = recorded(out)
+    results = [r for r in (report(s, workdir, kept) for s in SETTINGS) if r is not None]
     if not results:
         return results
     out.mkdir(parents=True, exist_ok=True)
@@ -457,16 +499,18 @@ def commit(message: str) -> None:
         time.sleep(5)
 
 
-def to_train(settings: list[str], methods: list[str] | None, seeds: list[int] | None, workdir: Path) -> list[tuple]:
+def to_train(settings: list[str], methods: list[str] | None, seeds: list[int] | None, workdir: Path,
+             kept: dict | None = None) -> list[tuple]:
     """The (setting, method, seed) runs to train, seed by seed: each setting's methods and seeds unless
-    given, less the finished ones, and less those another run starts from (that run trains them first)."""
+    given, less the finished ones (in the workdir, or ``kept`` in the results), and less those another
+    run starts from (that run trains them first)."""
     jobs = [(setting, m, s) for setting in settings for s in (seeds or SETTINGS[setting][3])
             for m in (methods or SETTINGS[setting][2])]
     if any(METHODS[m][3] == CITY_OFFLINE for _, m, _ in jobs) and not CITY_DATA.is_file():
         raise SystemExit(f"{CITY_DATA}: missing (the official Guess My City dialogues, needed by offline_archer)")
     jobs = [(g, m, s) for g, m, s in jobs
             if not any(STARTS_FROM.get(d) == m and (g, d, s) in jobs for d in STARTS_FROM)]
-    return [j for j in jobs if finished(*j, workdir) is None]
+    return [j for j in jobs if j not in (kept or {}) and finished(*j, workdir) is None]
 
 
 def main() -> None:
@@ -483,7 +527,7 @@ def main() -> None:
 
     start, lock = time.perf_counter(), threading.Lock()
     workdir = args.workdir.resolve()
-    jobs = [] if args.report else to_train(args.setting, args.methods, args.seeds, workdir)
+    jobs = [] if args.report else to_train(args.setting, args.methods, args.seeds, workdir, recorded(args.out))
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(train, *j, workdir): j for j in jobs}
         for future in as_completed(futures):

@@ -166,3 +166,39 @@ def test_samples_after_a_warm_up_are_counted_from_the_policys_first_update(lh, t
     # Threshold halfway from -10 to -8: -9; ArCHer first at 100 (0 after its update at 100), the
     # warmed-up one at 400 (100 after 300); CHAI has no policy update and no entry.
     assert reading["after_first_update"] == {"archer": [0], lh.METHODS["archer_warm"][0]: [100]}
+
+
+def test_runs_the_results_hold_are_kept_when_their_workdir_is_gone(lh, tmp_path):
+    workdir, out = tmp_path / "runs", tmp_path / "results"
+    games = [{"iteration": i, "env_samples": 100 * i, "rollout/return": -10.0 + i, "rollout/success": 0.0,
+              "time/actor": 0.0 if i == 1 else 1.0} for i in range(1, 6)]
+    trained = {("weak", "archer", 0): [-10.0, -9.0], ("weak", "chai", 1): [-10.0, -7.0],
+               ("utd", "archer_warm", 2): [-10.0, -8.0]}  # a utd run that only the weak table shows
+    for (setting, method, seed), returns in trained.items():
+        run = lh.run_dir(workdir, setting, method, seed)
+        run.mkdir(parents=True)
+        s = summary(method, seed, returns)
+        for e in s["evals"]:
+            e["eval/success"] = 0.5
+        s["eval_success_after"] = 0.5
+        (run / "summary.json").write_text(json.dumps(s))
+        (run / "history.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
+    first = lh.write(workdir, out, 0.0)
+    kept = lh.recorded(out)
+    assert set(kept) == set(trained) and kept[("utd", "archer_warm", 2)]["actor_from"] == 200
+    # The workdir is gone: the tables are the same, and no recorded run is trained again.
+    again = lh.write(tmp_path / "elsewhere", out, 0.0)
+    assert [r["quality"] for r in again] == [r["quality"] for r in first]
+    assert [r["sampled"] for r in again] == [r["sampled"] for r in first]
+    assert [r["first_update"] for r in again] == [r["first_update"] for r in first]
+    jobs = lh.to_train(["weak"], ["archer", "chai"], [0, 1], tmp_path / "elsewhere", lh.recorded(out))
+    assert jobs == [("weak", "chai", 0), ("weak", "archer", 1)]
+    assert ("utd", "archer_warm", 2) not in lh.to_train(["utd"], ["archer_warm"], [2], tmp_path, kept)
+    # A finished run in the workdir takes the place of its record.
+    run = lh.run_dir(tmp_path / "elsewhere", "weak", "chai", 1)
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps(summary("chai", 1, [-10.0, -6.0])))
+    assert lh.summaries_of("weak", tmp_path / "elsewhere", kept)[-1]["eval_return_after"] == -6.0
+    (out / lh.FILES[0]).write_text("{not json")
+    with pytest.raises(SystemExit, match="learning_hard.json: not a learning_hard results file"):
+        lh.recorded(out)
