@@ -9,9 +9,16 @@ training app on ``configs/20q_offline.py:tiny`` with only the variant's keys and
 on the same dataset (generated once, built once with TFDS) and the same fixed greedy-eval games.
 
     python benchmarks/offline_learning.py --jobs 2
-    python benchmarks/offline_learning.py --seeds 0 --override iterations=10
+    python benchmarks/offline_learning.py --seeds 0 --override iterations=10 --name offline_short --workdir runs/short
+    python benchmarks/offline_learning.py --name offline_convergence --override iterations=120 \
+        --workdir runs/offline_convergence --jobs 2 --commit      # to convergence
 
-Writes ``benchmarks/results/offline_learning.{json,png,md}``. Finished runs are not re-trained.
+Writes ``benchmarks/results/{name}.{json,png,md}`` (``--name``, default ``offline_learning``) from
+every finished run of the study, again as each run finishes (and with ``--commit`` commits them), so
+the benchmark resumes with the same command: a finished run is not trained again, an interrupted one
+resumes from its last checkpoint, and a run the results file holds stays in the tables, and is not
+trained again, when its workdir is gone (a fresh machine). A study is its config, dataset arguments
+and overrides: a results file or workdir of another study is a one-line error, never mixed in.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from common import RESULTS, machine, portable
@@ -36,6 +44,9 @@ VARIANTS = {  # name -> (label, config overrides)
     "bc": ("offline BC", ["agent=offline_bc", "learner.actor_loss=actor_pg"]),
 }
 PAPER = {"iql_awr": -14.1, "sarsa_awr": -14.5, "filtered_bc": -15.4, "bc": -16.8}
+# The arguments that make a study: runs of one are never mixed into another's results or workdir.
+STUDY = ("config", "episodes", "policy_mix", "data_seed", "max_turns", "override")
+RUN_KEYS = ("variant", "seed", "evals", "wall_time_s", "benchmark_wall_s", "policy_steps_per_iteration")
 
 
 def make_dataset(workdir: Path, episodes: int, mix: str, seed: int, max_turns: int) -> Path:
@@ -54,20 +65,73 @@ def make_dataset(workdir: Path, episodes: int, mix: str, seed: int, max_turns: i
     return data
 
 
+def run_dir(workdir: Path, variant: str, seed: int) -> Path:
+    return workdir / f"{variant}_seed{seed}"
+
+
+def policy_steps(variant: str, config: dict) -> int:
+    """Policy optimizer steps per iteration: BC's steps for the BC variants, the actor's otherwise."""
+    return config["bc_steps"] if variant in ("filtered_bc", "bc") else config["actor_steps"]
+
+
+def finished(workdir: Path, variant: str, seed: int) -> dict | None:
+    """The run's summary when it ran all its iterations (not stopped early), else None."""
+    path = run_dir(workdir, variant, seed) / "summary.json"
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text())
+    if summary.get("stopped") or summary["iterations"] < summary["config"]["iterations"]:
+        return None
+    return summary | dict(variant=variant, seed=seed, policy_steps_per_iteration=policy_steps(variant, summary["config"]))
+
+
 def run_one(config: str, workdir: Path, data: Path, variant: str, seed: int, overrides: list[str]) -> dict:
-    run_dir = workdir / f"{variant}_seed{seed}"
-    cmd = [sys.executable, "-m", "archer_jax.train", f"--config={config}", f"--workdir={run_dir}",
+    """Trains one run (resuming it where it stopped) and returns its summary."""
+    run = run_dir(workdir, variant, seed)
+    cmd = [sys.executable, "-m", "archer_jax.train", f"--config={config}", f"--workdir={run}",
            f"--config.seed={seed}", f"--config.offline.dataset={data}", f"--config.offline.data_dir={workdir / 'tfds'}"]
     cmd += [f"--config.{o}" for o in VARIANTS[variant][1] + overrides]
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    with (run_dir / "train.log").open("a") as log:
+    with (run / "train.log").open("a") as log:
         done = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=log, stderr=subprocess.STDOUT)
     if done.returncode:
-        raise RuntimeError(f"{variant} seed {seed} failed (exit {done.returncode}); see {run_dir / 'train.log'}")
-    summary = json.loads((run_dir / "summary.json").read_text())
-    summary.update(variant=variant, benchmark_wall_s=time.perf_counter() - start)
-    return summary
+        raise RuntimeError(f"{variant} seed {seed} failed (exit {done.returncode}); see {run / 'train.log'}")
+    summary = finished(workdir, variant, seed)
+    if summary is None:
+        raise RuntimeError(f"{variant} seed {seed} stopped before its last iteration; see {run / 'train.log'}")
+    return summary | dict(benchmark_wall_s=time.perf_counter() - start)
+
+
+def check_study(path: Path, theirs: dict, study: dict) -> None:
+    """Exits with a one-line error when the runs at ``path`` belong to another study than ``study``."""
+    differ = [k for k in STUDY if theirs.get(k) != study[k]]
+    if differ:
+        k = differ[0]
+        raise SystemExit(f"{path}: holds runs of another study ({k}: {theirs.get(k)!r} there, {study[k]!r} here); "
+                         "pass another --name (results) and --workdir, or move it away")
+
+
+def recorded(path: Path, study: dict) -> tuple[dict[tuple[str, int], dict], dict]:
+    """The runs the results file at ``path`` holds, by (variant, seed), in the shape of a finished
+    run's summary, and the file itself: a run whose workdir is gone (another machine, a cleaned
+    disk) stays in the tables and is not trained again."""
+    if not path.is_file():
+        return {}, {}
+    try:
+        result = json.loads(path.read_text())
+        runs, config = result["runs"], result["config"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f"{path}: not an offline_learning results file ({error}); move it away to start afresh")
+    check_study(path, config, study)
+    kept = {}
+    for run in runs:
+        evals = run["evals"]
+        if run["variant"] in VARIANTS and evals:
+            kept[(run["variant"], run["seed"])] = dict(
+                run, eval_return_before=evals[0]["eval/return"], eval_return_after=evals[-1]["eval/return"],
+                eval_success_after=evals[-1]["eval/success"])
+    return kept, result
 
 
 def aggregate(summaries: list[dict]) -> list[dict]:
@@ -86,7 +150,7 @@ def aggregate(summaries: list[dict]) -> list[dict]:
     return rows
 
 
-def plot(summaries: list[dict], steps_per_iteration: dict, path: Path, title: str) -> None:
+def plot(summaries: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -98,7 +162,8 @@ def plot(summaries: list[dict], steps_per_iteration: dict, path: Path, title: st
         if not evals:
             continue
         points = min(len(e) for e in evals)
-        x = [evals[0][i]["iteration"] * steps_per_iteration[variant] for i in range(points)]
+        steps = next(s["policy_steps_per_iteration"] for s in summaries if s["variant"] == variant)
+        x = [evals[0][i]["iteration"] * steps for i in range(points)]
         values = [[e[i]["eval/return"] for e in evals] for i in range(points)]
         (line,) = ax.plot(x, [statistics.mean(v) for v in values], marker="o", label=label)
         ax.fill_between(x, [min(v) for v in values], [max(v) for v in values], color=line.get_color(), alpha=0.15)
@@ -122,6 +187,43 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def write(args: argparse.Namespace, summaries: list[dict], dataset: dict, seconds: float | None) -> str:
+    """``{name}.{json,png,md}`` in ``--out`` from ``summaries`` (every finished run of the study)."""
+    summaries = sorted(summaries, key=lambda s: (s["seed"], list(VARIANTS).index(s["variant"])))
+    rows = aggregate(summaries)
+    args.out.mkdir(parents=True, exist_ok=True)
+    seeds = sorted({s["seed"] for s in summaries})
+    title = (f"{args.config}: {dataset['dialogues']} expert dialogues ({args.policy_mix})\n"
+             f"{len(seeds)} seeds; mean, band = min..max")
+    plot(summaries, args.out / f"{args.name}.png", title)
+    text = table(rows)
+    text += (f"\n\nDataset: {dataset['dialogues']} dialogues, mean return {dataset['mean_return']:.2f}, "
+             f"success {dataset['success']:.2f}.")
+    (args.out / f"{args.name}.md").write_text(text + "\n")
+    result = dict(benchmark="offline_learning", machine=machine(), config=dict(vars(args), workdir=str(args.workdir),
+                  out=str(args.out), seeds=seeds), seconds=seconds, rows=rows, dataset=dataset,
+                  runs=[{k: s.get(k) for k in RUN_KEYS} for s in summaries])
+    (args.out / f"{args.name}.json").write_text(json.dumps(portable(result), indent=2) + "\n")
+    return text
+
+
+def dataset_stats(data: Path) -> dict:
+    dataset = json.loads((data / "train.json").read_text())
+    returns = [-(len(g["lines"]) - 1) if g["correct"] else -len(g["lines"]) for g in dataset]
+    return dict(dialogues=len(dataset), mean_return=statistics.mean(returns),
+                success=statistics.mean(g["correct"] for g in dataset))
+
+
+def commit(args: argparse.Namespace, message: str) -> None:
+    """Commits the results files only (whatever else is staged stays staged)."""
+    paths = [str((args.out / f"{args.name}.{ext}").resolve()) for ext in ("json", "png", "md")]
+    for _ in range(5):  # another git command may hold the index for a moment
+        if not subprocess.run(["git", "add", "--", *paths], cwd=ROOT).returncode and not subprocess.run(
+                ["git", "commit", "-q", "-m", message, "--", *paths], cwd=ROOT).returncode:
+            return
+        time.sleep(5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/20q_offline.py:tiny")
@@ -135,48 +237,62 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--override", nargs="*", default=[], help="config overrides for every run, key=value")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--report-only", action="store_true", help="no training: tables and plot from the summaries")
+    parser.add_argument("--name", default="offline_learning", help="the results files' name: another study, another name")
+    parser.add_argument("--report-only", action="store_true", help="no training: tables and plot from the finished runs")
+    parser.add_argument("--commit", action="store_true", help="git-commit the results files after each finished run")
     args = parser.parse_args()
 
+    start, lock = time.perf_counter(), threading.Lock()
     workdir = args.workdir.resolve()
-    start = time.perf_counter()
-    jobs = [(v, s) for s in args.seeds for v in args.variants]
-    previous = json.loads((args.out / "offline_learning.json").read_text()) if args.report_only else {}
-    if args.report_only:
-        data = workdir / "data"
-        summaries = [json.loads((workdir / f"{v}_seed{s}" / "summary.json").read_text()) | dict(variant=v) for v, s in jobs]
-        walls = {(r["variant"], r["seed"]): r.get("benchmark_wall_s") for r in previous.get("runs", [])}
-        for summary in summaries:
-            summary["benchmark_wall_s"] = walls.get((summary["variant"], summary["config"]["seed"]))
-    else:
+    study = {k: getattr(args, k) for k in STUDY}
+    kept, previous = recorded(args.out / f"{args.name}.json", study)
+    marker = workdir / "study.json"
+    if marker.is_file():
+        check_study(workdir, json.loads(marker.read_text()), study)
+    runs = dict(kept)
+    for variant in VARIANTS:  # finished runs in the workdir take the place of their records
+        for path in sorted(workdir.glob(f"{variant}_seed*/summary.json")):
+            seed = int(path.parent.name.rsplit("_seed", 1)[1])
+            if (summary := finished(workdir, variant, seed)) is not None:
+                runs[(variant, seed)] = summary | dict(benchmark_wall_s=kept.get((variant, seed), {}).get("benchmark_wall_s"))
+    todo = [] if args.report_only else [(v, s) for s in args.seeds for v in args.variants if (v, s) not in runs]
+    if todo:
+        workdir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps(study) + "\n")
         data = make_dataset(workdir, args.episodes, args.policy_mix, args.data_seed, args.max_turns)
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            summaries = [f.result() for f in [pool.submit(run_one, args.config, workdir, data, v, s, args.override)
-                                              for v, s in jobs]]
-    config = summaries[0]["config"]
-    steps = {v: (config["bc_steps"] if v in ("filtered_bc", "bc") else config["actor_steps"]) for v in VARIANTS}
-    rows = aggregate(summaries)
-    args.out.mkdir(parents=True, exist_ok=True)
-    dataset = json.loads((data / "train.json").read_text())
-    returns = [-(len(g["lines"]) - 1) if g["correct"] else -len(g["lines"]) for g in dataset]
-    title = (f"{args.config}: {len(dataset)} expert dialogues ({args.policy_mix})\n"
-             f"{len(args.seeds)} seeds; mean, band = min..max")
-    plot(summaries, steps, args.out / "offline_learning.png", title)
-    text = table(rows)
-    text += (f"\n\nDataset: {len(dataset)} dialogues, mean return {statistics.mean(returns):.2f}, "
-             f"success {statistics.mean(g['correct'] for g in dataset):.2f}.")
-    (args.out / "offline_learning.md").write_text(text + "\n")
-    seconds = previous.get("seconds") if args.report_only else time.perf_counter() - start
-    result = dict(benchmark="offline_learning", machine=machine(), config=dict(vars(args), workdir=str(args.workdir),
-                  out=str(args.out)), seconds=seconds, rows=rows,
-                  dataset=dict(dialogues=len(dataset), mean_return=statistics.mean(returns),
-                               success=statistics.mean(g["correct"] for g in dataset)),
-                  runs=[{k: s[k] for k in ("variant", "evals", "wall_time_s", "benchmark_wall_s")}
-                        | dict(seed=s["config"]["seed"]) for s in summaries])
-    (args.out / "offline_learning.json").write_text(json.dumps(portable(result), indent=2) + "\n")
+        dataset = dataset_stats(data)
+        if previous and previous.get("dataset") and {k: round(v, 6) for k, v in dataset.items()} != {
+                k: round(v, 6) for k, v in previous["dataset"].items()}:
+            raise SystemExit(f"{data / 'train.json'}: not the dataset {args.out / args.name}.json's runs trained on "
+                             f"({dataset} here, {previous['dataset']} there)")
+    elif previous.get("dataset"):
+        dataset = previous["dataset"]
+    elif (workdir / "data" / "train.json").is_file():
+        dataset = dataset_stats(workdir / "data")
+    else:
+        raise SystemExit(f"nothing to report: no finished run in {workdir} or {args.out / args.name}.json")
+    before = previous.get("seconds") or 0.0
+    # Nothing to train: the tables again, from the finished runs (else they are written as runs finish).
+    text = write(args, list(runs.values()), dataset, previous.get("seconds")) if runs and not todo else ""
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(run_one, args.config, workdir, data, v, s, args.override): (v, s) for v, s in todo}
+        for future in as_completed(futures):
+            variant, seed = futures[future]
+            try:
+                summary = future.result()
+            except RuntimeError as error:  # one failed run (its train.log says why) stops no other
+                print(error, flush=True)
+                continue
+            with lock:
+                runs[(variant, seed)] = summary
+                text = write(args, list(runs.values()), dataset, before + time.perf_counter() - start)
+                print(f"{variant} seed {seed}: eval return {summary['eval_return_before']:.2f} -> "
+                      f"{summary['eval_return_after']:.2f}", flush=True)
+                if args.commit:
+                    commit(args, f"{args.name}: {variant} seed {seed} finished (eval return "
+                                 f"{summary['eval_return_before']:.2f} -> {summary['eval_return_after']:.2f})")
     print(text)
-    print(f"wrote {args.out / 'offline_learning.json'}, offline_learning.png, offline_learning.md "
-          f"({time.perf_counter() - start:.0f} s)")
+    print(f"wrote {args.out / args.name}.json, .png, .md ({time.perf_counter() - start:.0f} s)")
 
 
 if __name__ == "__main__":

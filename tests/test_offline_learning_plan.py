@@ -1,0 +1,98 @@
+"""benchmarks/offline_learning.py's bookkeeping, on hand-made runs: results written as runs finish,
+runs its results hold kept (not trained again) when their workdir is gone, and no run of another
+study or dataset mixed in."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def ol():
+    """The benchmark module, imported as its script does (from its own folder)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("offline_learning")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+# Per (variant, seed): the greedy eval returns at iterations 0, 5, 10.
+RETURNS = {("iql_awr", 0): [-12.0, -10.0, -9.0], ("bc", 0): [-12.0, -11.5, -11.0],
+           ("iql_awr", 1): [-12.0, -9.0, -8.0], ("bc", 1): [-12.0, -12.0, -11.0]}
+
+
+@pytest.fixture
+def fake(ol, monkeypatch, tmp_path):
+    """make_dataset writes 4 dialogues (won in 3 lines, lost in 12 twice, won in 2: returns -2, -12, -12, -1); run_one writes the run's
+    summary as the train app does, and records which runs it trained."""
+    trained = []
+
+    def make_dataset(workdir, episodes, mix, seed, max_turns):
+        data = workdir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        games = [(3, True), (12, False), (12, False), (2, True)]
+        (data / "train.json").write_text(json.dumps([{"lines": ["q"] * n, "correct": c} for n, c in games]))
+        return data
+
+    def run_one(config, workdir, data, variant, seed, overrides):
+        trained.append((variant, seed))
+        run = ol.run_dir(workdir, variant, seed)
+        run.mkdir(parents=True, exist_ok=True)
+        evals = [{"iteration": 5 * i, "eval/return": r, "eval/success": 0.25 * i}
+                 for i, r in enumerate(RETURNS[(variant, seed)])]
+        summary = dict(config=dict(seed=seed, iterations=10, actor_steps=10, bc_steps=20), iterations=10, evals=evals,
+                       eval_return_before=evals[0]["eval/return"], eval_return_after=evals[-1]["eval/return"],
+                       eval_success_after=evals[-1]["eval/success"], wall_time_s=3.0)
+        (run / "summary.json").write_text(json.dumps(summary))
+        return ol.finished(workdir, variant, seed) | dict(benchmark_wall_s=4.0)
+
+    monkeypatch.setattr(ol, "make_dataset", make_dataset)
+    monkeypatch.setattr(ol, "run_one", run_one)
+    monkeypatch.setattr(ol, "machine", lambda: {"name": "test"})
+    return trained
+
+
+def main(ol, monkeypatch, *args):
+    monkeypatch.setattr(sys, "argv", ["offline_learning.py", "--variants", "iql_awr", "bc", *map(str, args)])
+    ol.main()
+
+
+def test_runs_the_results_hold_are_kept_and_studies_never_mix(ol, fake, monkeypatch, tmp_path):
+    out, work = tmp_path / "results", tmp_path / "runs"
+    main(ol, monkeypatch, "--seeds", 0, "--workdir", work, "--out", out, "--name", "conv")
+    assert fake == [("iql_awr", 0), ("bc", 0)]
+    first = json.loads((out / "conv.json").read_text())
+    assert [(r["variant"], r["seed"], r["policy_steps_per_iteration"]) for r in first["runs"]] == [
+        ("iql_awr", 0, 10), ("bc", 0, 20)]
+    assert first["dataset"] == {"dialogues": 4, "mean_return": -6.75, "success": 0.5}
+    # The workdir is gone (another machine): seed 0 stays in the tables, only seed 1 trains.
+    main(ol, monkeypatch, "--seeds", 0, 1, "--workdir", tmp_path / "fresh", "--out", out, "--name", "conv")
+    assert fake[2:] == [("iql_awr", 1), ("bc", 1)]
+    both = json.loads((out / "conv.json").read_text())
+    rows = {r["variant"]: r for r in both["rows"]}
+    assert rows["iql_awr"]["seeds"] == 2 and rows["iql_awr"]["per_seed"] == [-9.0, -8.0]
+    assert rows["bc"]["after_mean"] == -11.0 and rows["bc"]["best_mean"] == -11.0
+    assert (out / "conv.md").read_text().count("\n| ") == 2 and (out / "conv.png").stat().st_size > 0
+    # Report only, from the records alone: the same tables.
+    main(ol, monkeypatch, "--report-only", "--workdir", tmp_path / "empty", "--out", out, "--name", "conv")
+    assert json.loads((out / "conv.json").read_text())["rows"] == both["rows"] and len(fake) == 4
+    # Another study never reuses these runs, neither from the results nor from the workdir.
+    with pytest.raises(SystemExit, match=r"conv.json: holds runs of another study \(override: \[\] there"):
+        main(ol, monkeypatch, "--workdir", tmp_path / "x", "--out", out, "--name", "conv", "--override", "iterations=99")
+    with pytest.raises(SystemExit, match=r"runs: holds runs of another study \(override"):
+        main(ol, monkeypatch, "--workdir", work, "--out", out, "--name", "other", "--override", "iterations=99")
+    # Nor another dataset.
+    monkeypatch.setattr(ol, "dataset_stats", lambda data: {"dialogues": 5, "mean_return": -7.0, "success": 0.5})
+    with pytest.raises(SystemExit, match="train.json: not the dataset"):
+        main(ol, monkeypatch, "--seeds", 2, "--workdir", tmp_path / "y", "--out", out, "--name", "conv")
+    (out / "conv.json").write_text("{not json")
+    with pytest.raises(SystemExit, match="conv.json: not an offline_learning results file"):
+        main(ol, monkeypatch, "--report-only", "--workdir", work, "--out", out, "--name", "conv")
