@@ -103,6 +103,19 @@ def run_one(config: str, workdir: Path, data: Path, variant: str, seed: int, ove
     return summary | dict(benchmark_wall_s=time.perf_counter() - start)
 
 
+def gather(workdir: Path, kept: dict, walls: dict | None = None) -> dict[tuple[str, int], dict]:
+    """Every finished run of the study by (variant, seed): those ``kept`` (``recorded``) holds, and the
+    finished runs in the workdir in their place; ``walls`` gives the wall time of runs trained here."""
+    runs = dict(kept)
+    for variant in VARIANTS:
+        for path in sorted(workdir.glob(f"{variant}_seed*/summary.json")):
+            seed = int(path.parent.name.rsplit("_seed", 1)[1])
+            if (summary := finished(workdir, variant, seed)) is not None:
+                wall = (walls or {}).get((variant, seed), kept.get((variant, seed), {}).get("benchmark_wall_s"))
+                runs[(variant, seed)] = summary | dict(benchmark_wall_s=wall)
+    return runs
+
+
 def check_study(path: Path, theirs: dict, study: dict) -> None:
     """Exits with a one-line error when the runs at ``path`` belong to another study than ``study``."""
     differ = [k for k in STUDY if theirs.get(k) != study[k]]
@@ -242,19 +255,14 @@ def main() -> None:
     parser.add_argument("--commit", action="store_true", help="git-commit the results files after each finished run")
     args = parser.parse_args()
 
-    start, lock = time.perf_counter(), threading.Lock()
+    start, lock, walls = time.perf_counter(), threading.Lock(), {}
     workdir = args.workdir.resolve()
     study = {k: getattr(args, k) for k in STUDY}
     kept, previous = recorded(args.out / f"{args.name}.json", study)
     marker = workdir / "study.json"
     if marker.is_file():
         check_study(workdir, json.loads(marker.read_text()), study)
-    runs = dict(kept)
-    for variant in VARIANTS:  # finished runs in the workdir take the place of their records
-        for path in sorted(workdir.glob(f"{variant}_seed*/summary.json")):
-            seed = int(path.parent.name.rsplit("_seed", 1)[1])
-            if (summary := finished(workdir, variant, seed)) is not None:
-                runs[(variant, seed)] = summary | dict(benchmark_wall_s=kept.get((variant, seed), {}).get("benchmark_wall_s"))
+    runs = gather(workdir, kept)
     todo = [] if args.report_only else [(v, s) for s in args.seeds for v in args.variants if (v, s) not in runs]
     if todo:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -271,9 +279,9 @@ def main() -> None:
         dataset = dataset_stats(workdir / "data")
     else:
         raise SystemExit(f"nothing to report: no finished run in {workdir} or {args.out / args.name}.json")
-    before = previous.get("seconds") or 0.0
     # Nothing to train: the tables again, from the finished runs (else they are written as runs finish).
     text = write(args, list(runs.values()), dataset, previous.get("seconds")) if runs and not todo else ""
+    last = start
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_one, args.config, workdir, data, v, s, args.override): (v, s) for v, s in todo}
         for future in as_completed(futures):
@@ -283,9 +291,13 @@ def main() -> None:
             except RuntimeError as error:  # one failed run (its train.log says why) stops no other
                 print(error, flush=True)
                 continue
-            with lock:
-                runs[(variant, seed)] = summary
-                text = write(args, list(runs.values()), dataset, before + time.perf_counter() - start)
+            with lock:  # from the results file and workdir as they are now: another invocation may have added runs
+                kept, previous = recorded(args.out / f"{args.name}.json", study)
+                walls[(variant, seed)] = summary["benchmark_wall_s"]
+                now = time.perf_counter()
+                text = write(args, list(gather(workdir, kept, walls).values()), dataset,
+                             (previous.get("seconds") or 0.0) + now - last)
+                last = now
                 print(f"{variant} seed {seed}: eval return {summary['eval_return_before']:.2f} -> "
                       f"{summary['eval_return_after']:.2f}", flush=True)
                 if args.commit:
