@@ -3,24 +3,17 @@ and those another run starts from are left out), and the paper's measure at PPO'
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_scripts import imported
 
 
 @pytest.fixture(scope="module")
 def lh():
-    """The benchmark module, imported as its script does (from its own folder)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("learning_hard")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    """The benchmark module, imported as its script does."""
+    yield from imported("learning_hard")
 
 
 def summary(method: str, seed: int, returns: list[float], step: int = 100) -> dict:

@@ -4,24 +4,18 @@ study or dataset mixed in."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_scripts import imported
 
 
 @pytest.fixture(scope="module")
 def ol():
-    """The benchmark module, imported as its script does (from its own folder)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("offline_learning")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    """The benchmark module, imported as its script does."""
+    yield from imported("offline_learning")
 
 
 # Per (variant, seed): the greedy eval returns at iterations 0, 5, 10.

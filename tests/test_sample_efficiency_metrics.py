@@ -3,23 +3,15 @@ a return threshold, the samples from which the return stays at or above it, and 
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_scripts import imported
 
 
 @pytest.fixture(scope="module")
 def se():
-    """The benchmark module, imported as its script does (from its own folder)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("sample_efficiency")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    """The benchmark module, imported as its script does."""
+    yield from imported("sample_efficiency")
 
 
 def curve(*points: tuple[int, float]) -> list[dict]:
