@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -141,3 +142,14 @@ def portable(value):
         except ValueError:
             return path.name
     return value
+
+
+def commit_files(paths: Sequence[Path], message: str) -> None:
+    """Commits ``paths`` only (whatever else is staged stays staged), retrying while another git
+    command holds the index."""
+    names = [str(Path(p).resolve()) for p in paths]
+    for _ in range(5):
+        if not subprocess.run(["git", "add", "--", *names], cwd=ROOT).returncode and not subprocess.run(
+                ["git", "commit", "-q", "-m", message, "--", *names], cwd=ROOT).returncode:
+            return
+        time.sleep(5)

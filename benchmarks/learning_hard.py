@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -58,7 +57,7 @@ from pathlib import Path
 
 import learning
 import sample_efficiency as se
-from common import RESULTS, machine, portable
+from common import RESULTS, commit_files, machine, portable
 
 ROOT = Path(__file__).resolve().parent.parent
 WEAK, SMALL, CITY, CITY_OFFLINE = "configs/20q.py:weak", "configs/20q.py:small", "configs/city.py:tiny", \
@@ -492,17 +491,6 @@ def _plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def commit(message: str) -> None:
-    """Commits the results files only (whatever else is staged stays staged)."""
-    paths = [str(RESULTS.relative_to(ROOT) / f) for f in FILES]
-    for _ in range(5):  # another git command may hold the index for a moment
-        added = subprocess.run(["git", "add", "--", *paths], cwd=ROOT)
-        if not added.returncode and not subprocess.run(["git", "commit", "-q", "-m", message, "--", *paths],
-                                                       cwd=ROOT).returncode:
-            return
-        time.sleep(5)
-
-
 def to_train(settings: list[str], methods: list[str] | None, seeds: list[int] | None, workdir: Path,
              kept: dict | None = None) -> list[tuple]:
     """The (setting, method, seed) runs to train, seed by seed: each setting's methods and seeds unless
@@ -546,7 +534,7 @@ def main() -> None:
                 print(f"{setting} {method} seed {seed}: eval return {summary['eval_return_before']:.2f} -> "
                       f"{summary['eval_return_after']:.2f}, {summary['env_samples']} env samples", flush=True)
                 if args.commit:
-                    commit(f"learning_hard: {setting} {method} seed {seed} finished "
+                    commit_files([args.out / f for f in FILES], f"learning_hard: {setting} {method} seed {seed} finished "
                            f"(eval return {summary['eval_return_before']:.2f} -> {summary['eval_return_after']:.2f})")
     results = write(workdir, args.out, time.perf_counter() - start)
     print(markdown(results))

@@ -30,11 +30,10 @@ import statistics
 import subprocess
 import sys
 import time
-import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from common import RESULTS, machine, portable
+from common import RESULTS, commit_files, machine, portable
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = {  # name -> (label, config overrides)
@@ -227,16 +226,6 @@ def dataset_stats(data: Path) -> dict:
                 success=statistics.mean(g["correct"] for g in dataset))
 
 
-def commit(args: argparse.Namespace, message: str) -> None:
-    """Commits the results files only (whatever else is staged stays staged)."""
-    paths = [str((args.out / f"{args.name}.{ext}").resolve()) for ext in ("json", "png", "md")]
-    for _ in range(5):  # another git command may hold the index for a moment
-        if not subprocess.run(["git", "add", "--", *paths], cwd=ROOT).returncode and not subprocess.run(
-                ["git", "commit", "-q", "-m", message, "--", *paths], cwd=ROOT).returncode:
-            return
-        time.sleep(5)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/20q_offline.py:tiny")
@@ -255,7 +244,7 @@ def main() -> None:
     parser.add_argument("--commit", action="store_true", help="git-commit the results files after each finished run")
     args = parser.parse_args()
 
-    start, lock, walls = time.perf_counter(), threading.Lock(), {}
+    start, walls = time.perf_counter(), {}
     workdir = args.workdir.resolve()
     study = {k: getattr(args, k) for k in STUDY}
     kept, previous = recorded(args.out / f"{args.name}.json", study)
@@ -291,18 +280,19 @@ def main() -> None:
             except RuntimeError as error:  # one failed run (its train.log says why) stops no other
                 print(error, flush=True)
                 continue
-            with lock:  # from the results file and workdir as they are now: another invocation may have added runs
-                kept, previous = recorded(args.out / f"{args.name}.json", study)
-                walls[(variant, seed)] = summary["benchmark_wall_s"]
-                now = time.perf_counter()
-                text = write(args, list(gather(workdir, kept, walls).values()), dataset,
-                             (previous.get("seconds") or 0.0) + now - last)
-                last = now
-                print(f"{variant} seed {seed}: eval return {summary['eval_return_before']:.2f} -> "
-                      f"{summary['eval_return_after']:.2f}", flush=True)
-                if args.commit:
-                    commit(args, f"{args.name}: {variant} seed {seed} finished (eval return "
-                                 f"{summary['eval_return_before']:.2f} -> {summary['eval_return_after']:.2f})")
+            # From the results file and workdir as they are now: another invocation may have added runs.
+            kept, previous = recorded(args.out / f"{args.name}.json", study)
+            walls[(variant, seed)] = summary["benchmark_wall_s"]
+            now = time.perf_counter()
+            text = write(args, list(gather(workdir, kept, walls).values()), dataset,
+                         (previous.get("seconds") or 0.0) + now - last)
+            last = now
+            print(f"{variant} seed {seed}: eval return {summary['eval_return_before']:.2f} -> "
+                  f"{summary['eval_return_after']:.2f}", flush=True)
+            if args.commit:
+                commit_files([args.out / f"{args.name}.{ext}" for ext in ("json", "png", "md")],
+                             f"{args.name}: {variant} seed {seed} finished (eval return "
+                             f"{summary['eval_return_before']:.2f} -> {summary['eval_return_after']:.2f})")
     print(text)
     print(f"wrote {args.out / args.name}.json, .png, .md ({time.perf_counter() - start:.0f} s)")
 
