@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -517,7 +516,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    start, lock = time.perf_counter(), threading.Lock()
+    start = time.perf_counter()
     workdir = args.workdir.resolve()
     jobs = [] if args.report else to_train(args.setting, args.methods, args.seeds, workdir, recorded(args.out))
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -529,13 +528,12 @@ def main() -> None:
             except RuntimeError as error:  # one failed run (its train.log says why) stops no other
                 print(error, flush=True)
                 continue
-            with lock:
-                write(workdir, args.out, time.perf_counter() - start)
-                print(f"{setting} {method} seed {seed}: eval return {summary['eval_return_before']:.2f} -> "
-                      f"{summary['eval_return_after']:.2f}, {summary['env_samples']} env samples", flush=True)
-                if args.commit:
-                    commit_files([args.out / f for f in FILES], f"learning_hard: {setting} {method} seed {seed} finished "
-                           f"(eval return {summary['eval_return_before']:.2f} -> {summary['eval_return_after']:.2f})")
+            write(workdir, args.out, time.perf_counter() - start)  # as_completed yields here, in this thread
+            print(f"{setting} {method} seed {seed}: eval return {summary['eval_return_before']:.2f} -> "
+                  f"{summary['eval_return_after']:.2f}, {summary['env_samples']} env samples", flush=True)
+            if args.commit:
+                commit_files([args.out / f for f in FILES], f"learning_hard: {setting} {method} seed {seed} finished "
+                             f"(eval return {summary['eval_return_before']:.2f} -> {summary['eval_return_after']:.2f})")
     results = write(workdir, args.out, time.perf_counter() - start)
     print(markdown(results))
 

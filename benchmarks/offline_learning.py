@@ -258,7 +258,7 @@ def main() -> None:
         marker.write_text(json.dumps(study) + "\n")
         data = make_dataset(workdir, args.episodes, args.policy_mix, args.data_seed, args.max_turns)
         dataset = dataset_stats(data)
-        if previous and previous.get("dataset") and {k: round(v, 6) for k, v in dataset.items()} != {
+        if previous.get("dataset") and {k: round(v, 6) for k, v in dataset.items()} != {
                 k: round(v, 6) for k, v in previous["dataset"].items()}:
             raise SystemExit(f"{data / 'train.json'}: not the dataset {args.out / args.name}.json's runs trained on "
                              f"({dataset} here, {previous['dataset']} there)")

@@ -25,8 +25,8 @@ RETURNS = {("iql_awr", 0): [-12.0, -10.0, -9.0], ("bc", 0): [-12.0, -11.5, -11.0
 
 @pytest.fixture
 def fake(ol, monkeypatch, tmp_path):
-    """make_dataset writes 4 dialogues (won in 3 lines, lost in 12 twice, won in 2: returns -2, -12, -12, -1); run_one writes the run's
-    summary as the train app does, and records which runs it trained."""
+    """make_dataset writes 4 dialogues (won in 3 lines, lost in 12 twice, won in 2: returns -2, -12,
+    -12, -1); run_one writes the run's summary as the train app does, and records which runs it trained."""
     trained = []
 
     def make_dataset(workdir, episodes, mix, seed, max_turns):
