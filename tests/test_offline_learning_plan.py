@@ -90,3 +90,17 @@ def test_runs_the_results_hold_are_kept_and_studies_never_mix(ol, fake, monkeypa
     (out / "conv.json").write_text("{not json")
     with pytest.raises(SystemExit, match="conv.json: not an offline_learning results file"):
         main(ol, monkeypatch, "--report-only", "--workdir", work, "--out", out, "--name", "conv")
+
+
+def test_a_run_is_read_on_its_last_quarter_of_evaluations(ol):
+    """Evaluations at iterations 0, 5, ..., 40: the last quarter is iterations 30, 35 and 40."""
+    evals = [{"iteration": 5 * i, "eval/return": r} for i, r in enumerate([-12, -11, -10, -9, -8, -7, -6, -10, -8])]
+    assert ol.last_quarter(evals) == pytest.approx(-8.0)
+    runs = [dict(variant="bc", evals=evals, eval_return_before=-12.0, eval_return_after=-8.0, eval_success_after=0.5,
+                 wall_time_s=1.0),
+            dict(variant="bc", evals=evals[:5], eval_return_before=-12.0, eval_return_after=-8.0,
+                 eval_success_after=0.5, wall_time_s=1.0)]
+    (row,) = ol.aggregate(runs)
+    # The second run ends at iteration 20: its last quarter is iterations 15 and 20 (-9, -8).
+    assert row["tail_per_seed"] == pytest.approx([-8.0, -8.5]) and row["tail_mean"] == pytest.approx(-8.25)
+    assert "| -8.25 ± 0.25 | -8.00, -8.50 |" in ol.table([row])
