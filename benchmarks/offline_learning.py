@@ -12,6 +12,8 @@ on the same dataset (generated once, built once with TFDS) and the same fixed gr
     python benchmarks/offline_learning.py --seeds 0 --override iterations=10 --name offline_short --workdir runs/short
     python benchmarks/offline_learning.py --name offline_convergence --override iterations=120 \
         --workdir runs/offline_convergence --jobs 2 --commit      # to convergence
+    python benchmarks/offline_learning.py --name offline_240 --override iterations=240 \
+        --workdir runs/offline_convergence --jobs 2 --commit --extend   # those runs, trained on to 240
 
 Writes ``benchmarks/results/{name}.{json,png,md}`` (``--name``, default ``offline_learning``) from
 every finished run of the study, again as each run finishes (and with ``--commit`` commits them), so
@@ -19,6 +21,9 @@ the benchmark resumes with the same command: a finished run is not trained again
 resumes from its last checkpoint, and a run the results file holds stays in the tables, and is not
 trained again, when its workdir is gone (a fresh machine). A study is its config, dataset arguments
 and overrides: a results file or workdir of another study is a one-line error, never mixed in.
+``--extend`` takes over a workdir whose study differs only in fewer ``iterations=``: its runs resume
+from their last checkpoint and train on, exactly as runs of the longer study from the start would
+(the train app lets ``iterations`` change and resumes exactly).
 """
 
 from __future__ import annotations
@@ -73,13 +78,20 @@ def policy_steps(variant: str, config: dict) -> int:
     return config["bc_steps"] if variant in ("filtered_bc", "bc") else config["actor_steps"]
 
 
-def finished(workdir: Path, variant: str, seed: int) -> dict | None:
-    """The run's summary when it ran all its iterations (not stopped early), else None."""
+def iterations(overrides: list[str]) -> int | None:
+    """The iterations a study's overrides set; None where they leave the config's."""
+    values = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == "iterations"]
+    return int(values[-1]) if values else None
+
+
+def finished(workdir: Path, variant: str, seed: int, target: int | None = None) -> dict | None:
+    """The run's summary when it ran all its iterations (``target``, else its config's) and was not
+    stopped early, else None."""
     path = run_dir(workdir, variant, seed) / "summary.json"
     if not path.is_file():
         return None
     summary = json.loads(path.read_text())
-    if summary.get("stopped") or summary["iterations"] < summary["config"]["iterations"]:
+    if summary.get("stopped") or summary["iterations"] < (target or summary["config"]["iterations"]):
         return None
     return summary | dict(variant=variant, seed=seed, policy_steps_per_iteration=policy_steps(variant, summary["config"]))
 
@@ -96,23 +108,31 @@ def run_one(config: str, workdir: Path, data: Path, variant: str, seed: int, ove
         done = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=log, stderr=subprocess.STDOUT)
     if done.returncode:
         raise RuntimeError(f"{variant} seed {seed} failed (exit {done.returncode}); see {run / 'train.log'}")
-    summary = finished(workdir, variant, seed)
+    summary = finished(workdir, variant, seed, iterations(overrides))
     if summary is None:
         raise RuntimeError(f"{variant} seed {seed} stopped before its last iteration; see {run / 'train.log'}")
     return summary | dict(benchmark_wall_s=time.perf_counter() - start)
 
 
-def gather(workdir: Path, kept: dict, walls: dict | None = None) -> dict[tuple[str, int], dict]:
-    """Every finished run of the study by (variant, seed): those ``kept`` (``recorded``) holds, and the
-    finished runs in the workdir in their place; ``walls`` gives the wall time of runs trained here."""
+def gather(workdir: Path, kept: dict, target: int | None, walls: dict | None = None) -> dict[tuple[str, int], dict]:
+    """Every finished run of the study (of ``target`` iterations) by (variant, seed): those ``kept``
+    (``recorded``) holds, and the finished runs in the workdir in their place; ``walls`` gives the
+    wall time of runs trained here."""
     runs = dict(kept)
     for variant in VARIANTS:
         for path in sorted(workdir.glob(f"{variant}_seed*/summary.json")):
             seed = int(path.parent.name.rsplit("_seed", 1)[1])
-            if (summary := finished(workdir, variant, seed)) is not None:
+            if (summary := finished(workdir, variant, seed, target)) is not None:
                 wall = (walls or {}).get((variant, seed), kept.get((variant, seed), {}).get("benchmark_wall_s"))
                 runs[(variant, seed)] = summary | dict(benchmark_wall_s=wall)
     return runs
+
+
+def shorter(theirs: dict, study: dict) -> bool:
+    """Whether ``theirs`` is ``study`` but for fewer iterations: its runs can train on to ``study``'s."""
+    rest = lambda s: dict(s, override=[o for o in s["override"] if o.split("=", 1)[0] != "iterations"])  # noqa: E731
+    mine, its = iterations(study["override"]), iterations(theirs.get("override", []))
+    return rest(theirs) == rest(study) and mine is not None and its is not None and its < mine
 
 
 def check_study(path: Path, theirs: dict, study: dict) -> None:
@@ -120,8 +140,10 @@ def check_study(path: Path, theirs: dict, study: dict) -> None:
     differ = [k for k in STUDY if theirs.get(k) != study[k]]
     if differ:
         k = differ[0]
+        hint = ("; --extend trains its runs on to this study's iterations" if shorter(theirs, study) and path.is_dir()
+                else "")
         raise SystemExit(f"{path}: holds runs of another study ({k}: {theirs.get(k)!r} there, {study[k]!r} here); "
-                         "pass another --name (results) and --workdir, or move it away")
+                         f"pass another --name (results) and --workdir, or move it away{hint}")
 
 
 def recorded(path: Path, study: dict) -> tuple[dict[tuple[str, int], dict], dict]:
@@ -252,16 +274,19 @@ def main() -> None:
     parser.add_argument("--name", default="offline_learning", help="the results files' name: another study, another name")
     parser.add_argument("--report-only", action="store_true", help="no training: tables and plot from the finished runs")
     parser.add_argument("--commit", action="store_true", help="git-commit the results files after each finished run")
+    parser.add_argument("--extend", action="store_true",
+                        help="the workdir holds a study with fewer iterations: train its runs on to this one's "
+                             "(its own results file keeps its runs; the workdir becomes this study's)")
     args = parser.parse_args()
 
     start, walls = time.perf_counter(), {}
     workdir = args.workdir.resolve()
-    study = {k: getattr(args, k) for k in STUDY}
+    study, target = {k: getattr(args, k) for k in STUDY}, iterations(args.override)
     kept, previous = recorded(args.out / f"{args.name}.json", study)
     marker = workdir / "study.json"
-    if marker.is_file():
+    if marker.is_file() and not (args.extend and shorter(json.loads(marker.read_text()), study)):
         check_study(workdir, json.loads(marker.read_text()), study)
-    runs = gather(workdir, kept)
+    runs = gather(workdir, kept, target)
     todo = [] if args.report_only else [(v, s) for s in args.seeds for v in args.variants if (v, s) not in runs]
     if todo:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -294,7 +319,7 @@ def main() -> None:
             kept, previous = recorded(args.out / f"{args.name}.json", study)
             walls[(variant, seed)] = summary["benchmark_wall_s"]
             now = time.perf_counter()
-            text = write(args, list(gather(workdir, kept, walls).values()), dataset,
+            text = write(args, list(gather(workdir, kept, target, walls).values()), dataset,
                          (previous.get("seconds") or 0.0) + now - last)
             last = now
             print(f"{variant} seed {seed}: eval return {summary['eval_return_before']:.2f} -> "

@@ -37,12 +37,18 @@ def fake(ol, monkeypatch, tmp_path):
         return data
 
     def run_one(config, workdir, data, variant, seed, overrides):
+        """Iterations 10 (or ``iterations=`` of the overrides), an evaluation every 5; a run the
+        workdir holds keeps its evaluations and adds the new ones (-7.0 each), as resumed runs do."""
         trained.append((variant, seed))
         run = ol.run_dir(workdir, variant, seed)
         run.mkdir(parents=True, exist_ok=True)
+        n = ol.iterations(overrides) or 10
         evals = [{"iteration": 5 * i, "eval/return": r, "eval/success": 0.25 * i}
                  for i, r in enumerate(RETURNS[(variant, seed)])]
-        summary = dict(config=dict(seed=seed, iterations=10, actor_steps=10, bc_steps=20), iterations=10, evals=evals,
+        if (run / "summary.json").is_file():
+            evals = json.loads((run / "summary.json").read_text())["evals"]
+        evals += [{"iteration": i, "eval/return": -7.0, "eval/success": 0.5} for i in range(evals[-1]["iteration"] + 5, n + 1, 5)]
+        summary = dict(config=dict(seed=seed, iterations=n, actor_steps=10, bc_steps=20), iterations=n, evals=evals,
                        eval_return_before=evals[0]["eval/return"], eval_return_after=evals[-1]["eval/return"],
                        eval_success_after=evals[-1]["eval/success"], wall_time_s=3.0)
         (run / "summary.json").write_text(json.dumps(summary))
@@ -104,3 +110,30 @@ def test_a_run_is_read_on_its_last_quarter_of_evaluations(ol):
     # The second run ends at iteration 20: its last quarter is iterations 15 and 20 (-9, -8).
     assert row["tail_per_seed"] == pytest.approx([-8.0, -8.5]) and row["tail_mean"] == pytest.approx(-8.25)
     assert "| -8.25 ± 0.25 | -8.00, -8.50 |" in ol.table([row])
+
+
+def test_extend_trains_a_shorter_studys_runs_on_and_keeps_its_results(ol, fake, monkeypatch, tmp_path):
+    out, work = tmp_path / "results", tmp_path / "runs"
+    main(ol, monkeypatch, "--seeds", 0, "--workdir", work, "--out", out, "--name", "short", "--override", "iterations=10")
+    short = json.loads((out / "short.json").read_text())
+    # Without --extend, a longer study is refused the workdir, and told how to take it over.
+    with pytest.raises(SystemExit, match=r"runs: holds runs of another study .*; --extend trains its runs on"):
+        main(ol, monkeypatch, "--seeds", 0, "--workdir", work, "--out", out, "--name", "long", "--override", "iterations=20")
+    # Another change than iterations is never an extension; nor are fewer iterations.
+    for override in (["iterations=20", "learner.actor_lr=1"], ["iterations=5"]):
+        with pytest.raises(SystemExit, match="holds runs of another study"):
+            main(ol, monkeypatch, "--seeds", 0, "--workdir", work, "--out", out, "--name", "x", "--extend",
+                 "--override", *override)
+    main(ol, monkeypatch, "--seeds", 0, "--workdir", work, "--out", out, "--name", "long", "--extend",
+         "--override", "iterations=20")
+    assert fake == [("iql_awr", 0), ("bc", 0)] * 2
+    long = json.loads((out / "long.json").read_text())
+    assert [e["iteration"] for e in long["runs"][0]["evals"]] == [0, 5, 10, 15, 20]
+    assert {r["variant"]: r["per_seed"] for r in long["rows"]} == {"iql_awr": [-7.0], "bc": [-7.0]}
+    assert json.loads((work / "study.json").read_text())["override"] == ["iterations=20"]
+    # The shorter study keeps its results (from its file), and no longer claims the workdir.
+    main(ol, monkeypatch, "--report-only", "--workdir", tmp_path / "empty", "--out", out, "--name", "short",
+         "--override", "iterations=10")
+    assert json.loads((out / "short.json").read_text())["rows"] == short["rows"]
+    with pytest.raises(SystemExit, match="holds runs of another study"):
+        main(ol, monkeypatch, "--seeds", 0, "--workdir", work, "--out", out, "--name", "short", "--override", "iterations=10")

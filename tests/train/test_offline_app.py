@@ -64,6 +64,8 @@ def test_offline_archer_generates_its_data_says_so_and_trains_without_rollouts(o
 
 @pytest.mark.slow
 def test_offline_resume_is_exact(offline_run, tmp_path):
+    """A 1-iteration run trained on to 2 iterations is the 2-iteration run: how a run resumes, and
+    how a finished run trains on to more iterations (benchmarks/offline_learning.py --extend)."""
     workdir, c, _, _ = offline_run
     train_and_evaluate(offline_micro(iterations=1), tmp_path)
     train_and_evaluate(offline_micro(), tmp_path)  # resumes at iteration 1, draws on from the saved sampler
