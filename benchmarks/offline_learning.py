@@ -130,7 +130,9 @@ def gather(workdir: Path, kept: dict, target: int | None, walls: dict | None = N
 
 def shorter(theirs: dict, study: dict) -> bool:
     """Whether ``theirs`` is ``study`` but for fewer iterations: its runs can train on to ``study``'s."""
-    rest = lambda s: dict(s, override=[o for o in s["override"] if o.split("=", 1)[0] != "iterations"])  # noqa: E731
+    def rest(s: dict) -> dict:
+        return dict(s, override=[o for o in s.get("override", []) if o.split("=", 1)[0] != "iterations"])
+
     mine, its = iterations(study["override"]), iterations(theirs.get("override", []))
     return rest(theirs) == rest(study) and mine is not None and its is not None and its < mine
 
