@@ -519,6 +519,7 @@ def main() -> None:
     start = time.perf_counter()
     workdir = args.workdir.resolve()
     jobs = [] if args.report else to_train(args.setting, args.methods, args.seeds, workdir, recorded(args.out))
+    results = None  # written (and committed) as each run finishes; else once, below
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(train, *j, workdir): j for j in jobs}
         for future in as_completed(futures):
@@ -528,13 +529,14 @@ def main() -> None:
             except RuntimeError as error:  # one failed run (its train.log says why) stops no other
                 print(error, flush=True)
                 continue
-            write(workdir, args.out, time.perf_counter() - start)  # as_completed yields here, in this thread
+            results = write(workdir, args.out, time.perf_counter() - start)  # as_completed yields here, in this thread
             print(f"{setting} {method} seed {seed}: eval return {summary['eval_return_before']:.2f} -> "
                   f"{summary['eval_return_after']:.2f}, {summary['env_samples']} env samples", flush=True)
             if args.commit:
                 commit_files([args.out / f for f in FILES], f"learning_hard: {setting} {method} seed {seed} finished "
                              f"(eval return {summary['eval_return_before']:.2f} -> {summary['eval_return_after']:.2f})")
-    results = write(workdir, args.out, time.perf_counter() - start)
+    if results is None:
+        results = write(workdir, args.out, time.perf_counter() - start)
     print(markdown(results))
 
 
