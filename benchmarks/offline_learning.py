@@ -286,8 +286,9 @@ def main() -> None:
     study, target = {k: getattr(args, k) for k in STUDY}, iterations(args.override)
     kept, previous = recorded(args.out / f"{args.name}.json", study)
     marker = workdir / "study.json"
-    if marker.is_file() and not (args.extend and shorter(json.loads(marker.read_text()), study)):
-        check_study(workdir, json.loads(marker.read_text()), study)
+    theirs = json.loads(marker.read_text()) if marker.is_file() else None
+    if theirs is not None and not (args.extend and shorter(theirs, study)):
+        check_study(workdir, theirs, study)
     runs = gather(workdir, kept, target)
     todo = [] if args.report_only else [(v, s) for s in args.seeds for v in args.variants if (v, s) not in runs]
     if todo:
