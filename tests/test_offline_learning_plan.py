@@ -51,7 +51,8 @@ def fake(ol, monkeypatch, tmp_path):
         summary = dict(config=dict(seed=seed, iterations=n, actor_steps=10, bc_steps=20), iterations=n, evals=evals,
                        eval_return_before=evals[0]["eval/return"], eval_return_after=evals[-1]["eval/return"],
                        eval_success_after=evals[-1]["eval/success"], wall_time_s=3.0)
-        (run / "summary.json").write_text(json.dumps(summary))
+        (run / "summary.tmp").write_text(json.dumps(summary))
+        (run / "summary.tmp").replace(run / "summary.json")  # whole, as the train app writes it
         return ol.finished(workdir, variant, seed) | dict(benchmark_wall_s=4.0)
 
     monkeypatch.setattr(ol, "make_dataset", make_dataset)

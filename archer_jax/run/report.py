@@ -217,9 +217,12 @@ def _clean(value: Any) -> Any:
 
 
 def write_summary(workdir: Path, summary: Mapping[str, Any]) -> Path:
-    """``summary.json`` (non-finite numbers written as null)."""
+    """``summary.json`` (non-finite numbers written as null), replaced whole: a reader (a benchmark
+    watching its runs) never sees it half written."""
     path = Path(workdir) / SUMMARY
-    path.write_text(json.dumps({k: _clean(v) for k, v in summary.items()}, indent=2, sort_keys=True) + "\n")
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_text(json.dumps({k: _clean(v) for k, v in summary.items()}, indent=2, sort_keys=True) + "\n")
+    os.replace(temp, path)
     return path
 
 
