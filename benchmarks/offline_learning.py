@@ -177,6 +177,14 @@ def last_quarter(evals: list[dict]) -> float:
     return statistics.mean(e["eval/return"] for e in evals if e["iteration"] >= 0.75 * end)
 
 
+def quarters(evals: list[dict]) -> list[float]:
+    """The mean eval return in each quarter of a run's iterations (the start's evaluation left out):
+    whether a run still climbs at its end or has flattened. None for a quarter with no evaluation."""
+    end = evals[-1]["iteration"]
+    parts = [[e["eval/return"] for e in evals if k * end / 4 < e["iteration"] <= (k + 1) * end / 4] for k in range(4)]
+    return [statistics.mean(p) if p else None for p in parts]
+
+
 def aggregate(summaries: list[dict]) -> list[dict]:
     rows = []
     for variant in VARIANTS:
@@ -186,9 +194,12 @@ def aggregate(summaries: list[dict]) -> list[dict]:
         after = [s["eval_return_after"] for s in runs]
         best = [max(e["eval/return"] for e in s["evals"]) for s in runs]
         tail = [last_quarter(s["evals"]) for s in runs]
+        parts = [quarters(s["evals"]) for s in runs]
         rows.append(dict(variant=variant, label=VARIANTS[variant][0], seeds=len(runs), after_mean=statistics.mean(after),
                          after_std=statistics.pstdev(after), per_seed=after, best_mean=statistics.mean(best),
                          tail_mean=statistics.mean(tail), tail_std=statistics.pstdev(tail), tail_per_seed=tail,
+                         quarters=[statistics.mean(q) if None not in q else None for q in zip(*parts)],
+                         steps=max(s["evals"][-1]["iteration"] * s["policy_steps_per_iteration"] for s in runs),
                          success_after=statistics.mean(s["eval_success_after"] for s in runs),
                          before=statistics.mean(s["eval_return_before"] for s in runs), paper=PAPER[variant],
                          wall_s=statistics.mean(s["wall_time_s"] for s in runs)))
@@ -233,6 +244,16 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def quarters_table(rows: list[dict]) -> str:
+    """Mean eval return over seeds in each quarter of the runs' policy steps: flat at the end or climbing."""
+    lines = ["| variant | policy steps | 1st quarter | 2nd | 3rd | 4th | 4th - 3rd |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        q = [f"{v:.2f}" if v is not None else "-" for v in r["quarters"]]
+        gain = f"{r['quarters'][3] - r['quarters'][2]:+.2f}" if None not in r["quarters"][2:] else "-"
+        lines.append(f"| {r['label']} | {r['steps']} | {' | '.join(q)} | {gain} |")
+    return "\n".join(lines)
+
+
 def write(args: argparse.Namespace, summaries: list[dict], dataset: dict, seconds: float | None) -> str:
     """``{name}.{json,png,md}`` in ``--out`` from ``summaries`` (every finished run of the study)."""
     summaries = sorted(summaries, key=lambda s: (s["seed"], list(VARIANTS).index(s["variant"])))
@@ -243,6 +264,8 @@ def write(args: argparse.Namespace, summaries: list[dict], dataset: dict, second
              f"{len(seeds)} seeds; mean, band = min..max")
     plot(summaries, args.out / f"{args.name}.png", title)
     text = table(rows)
+    text += ("\n\nMean eval return over the seeds in each quarter of the runs' policy steps (the start's "
+             "evaluation left out):\n\n" + quarters_table(rows))
     text += (f"\n\nDataset: {dataset['dialogues']} dialogues, mean return {dataset['mean_return']:.2f}, "
              f"success {dataset['success']:.2f}.")
     (args.out / f"{args.name}.md").write_text(text + "\n")

@@ -81,7 +81,8 @@ def test_runs_the_results_hold_are_kept_and_studies_never_mix(ol, fake, monkeypa
     rows = {r["variant"]: r for r in both["rows"]}
     assert rows["iql_awr"]["seeds"] == 2 and rows["iql_awr"]["per_seed"] == [-9.0, -8.0]
     assert rows["bc"]["after_mean"] == -11.0 and rows["bc"]["best_mean"] == -11.0
-    assert (out / "conv.md").read_text().count("\n| ") == 2 and (out / "conv.png").stat().st_size > 0
+    # Two rows in each table (results, then quarters with their header).
+    assert (out / "conv.md").read_text().count("\n| ") == 2 + 3 and (out / "conv.png").stat().st_size > 0
     # Report only, from the records alone: the same tables.
     main(ol, monkeypatch, "--report-only", "--workdir", tmp_path / "empty", "--out", out, "--name", "conv")
     assert json.loads((out / "conv.json").read_text())["rows"] == both["rows"] and len(fake) == 4
@@ -104,13 +105,21 @@ def test_a_run_is_read_on_its_last_quarter_of_evaluations(ol):
     evals = [{"iteration": 5 * i, "eval/return": r} for i, r in enumerate([-12, -11, -10, -9, -8, -7, -6, -10, -8])]
     assert ol.last_quarter(evals) == pytest.approx(-8.0)
     runs = [dict(variant="bc", evals=evals, eval_return_before=-12.0, eval_return_after=-8.0, eval_success_after=0.5,
-                 wall_time_s=1.0),
+                 wall_time_s=1.0, policy_steps_per_iteration=10),
             dict(variant="bc", evals=evals[:5], eval_return_before=-12.0, eval_return_after=-8.0,
-                 eval_success_after=0.5, wall_time_s=1.0)]
+                 eval_success_after=0.5, wall_time_s=1.0, policy_steps_per_iteration=10)]
     (row,) = ol.aggregate(runs)
     # The second run ends at iteration 20: its last quarter is iterations 15 and 20 (-9, -8).
     assert row["tail_per_seed"] == pytest.approx([-8.0, -8.5]) and row["tail_mean"] == pytest.approx(-8.25)
     assert "| -8.25 ± 0.25 | -8.00, -8.50 |" in ol.table([row])
+    # Quarters of the first run (iterations 5-10, 15-20, 25-30, 35-40; the start left out): -10.5,
+    # -8.5, -6.5, -9; of the second (5, 10, 15, 20): -11, -10, -9, -8.
+    assert ol.quarters(evals) == pytest.approx([-10.5, -8.5, -6.5, -9.0])
+    assert row["quarters"] == pytest.approx([-10.75, -9.25, -7.75, -8.5]) and row["steps"] == 400
+    assert "| 400 | -10.75 | -9.25 | -7.75 | -8.50 | -0.75 |" in ol.quarters_table([row])
+    # An evaluation every 20 iterations of a 40-iteration run leaves quarters without one.
+    sparse = [e for e in evals if e["iteration"] % 20 == 0]
+    assert ol.quarters(sparse) == [None, -8.0, None, -8.0]
 
 
 def test_extend_trains_a_shorter_studys_runs_on_and_keeps_its_results(ol, fake, monkeypatch, tmp_path):
