@@ -177,9 +177,11 @@ def last_quarter(evals: list[dict]) -> float:
     return statistics.mean(e["eval/return"] for e in evals if e["iteration"] >= 0.75 * end)
 
 
-def quarters(evals: list[dict]) -> list[float]:
-    """The mean eval return in each quarter of a run's iterations (the start's evaluation left out):
-    whether a run still climbs at its end or has flattened. None for a quarter with no evaluation."""
+def quarters(evals: list[dict]) -> list[float | None]:
+    """The mean eval return in each quarter of a run's iterations, ``(k/4, (k+1)/4]`` of its end (the
+    start's evaluation left out, so the 4th leaves out the one at 3/4 that :func:`last_quarter`
+    takes): whether a run still climbs at its end or has flattened. None for a quarter with no
+    evaluation."""
     end = evals[-1]["iteration"]
     parts = [[e["eval/return"] for e in evals if k * end / 4 < e["iteration"] <= (k + 1) * end / 4] for k in range(4)]
     return [statistics.mean(p) if p else None for p in parts]
@@ -264,8 +266,9 @@ def write(args: argparse.Namespace, summaries: list[dict], dataset: dict, second
              f"{len(seeds)} seeds; mean, band = min..max")
     plot(summaries, args.out / f"{args.name}.png", title)
     text = table(rows)
-    text += ("\n\nMean eval return over the seeds in each quarter of the runs' policy steps (the start's "
-             "evaluation left out):\n\n" + quarters_table(rows))
+    text += ("\n\nMean eval return over the seeds in each quarter of the runs' policy steps (after the start's "
+             "evaluation; a quarter's first evaluation is the one after its start, so the 4th leaves out the one "
+             "at 3/4 that the last-quarter column takes):\n\n" + quarters_table(rows))
     text += (f"\n\nDataset: {dataset['dialogues']} dialogues, mean return {dataset['mean_return']:.2f}, "
              f"success {dataset['success']:.2f}.")
     (args.out / f"{args.name}.md").write_text(text + "\n")
