@@ -28,8 +28,13 @@ critic warm-up (``--config.warmup_iter=20 --config.critic_steps=40 --config.acto
 with the tiny preset's five warm-up iterations.
 
 ``small`` is the full game (157 objects, 20 turns, the embedded oracle) on a CPU: a 4-layer,
-128-wide GPT-2 and a matching RoBERTa built offline (``small:gpt2``, ``small:roberta``), SFT on a
-mix of the optimal expert and two faulty ones.
+128-wide GPT-2 and a matching RoBERTa built offline (``small:gpt2``, ``small:roberta``), SFT on
+1024 of the optimal expert's dialogues (600 steps, about 15 minutes on a 2-core CPU). The policy
+learns the expert's question tree but not every leaf, so it wins about a third of the evaluation
+games (greedy -16.3, success 0.28; sampled -15.5, 0.34), against the expert's -8: room for RL to
+climb. A mix with faulty experts (random order, redundant questions) leaves this policy far from
+fitting after the same steps (SFT loss 12 per utterance against 0.3): it never names an object
+and wins no game, and RL cannot climb from a start where every game scores -20.
 """
 
 from __future__ import annotations
@@ -55,6 +60,6 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     }, more={
         "weak": {"sft.experts": "optimal,random,random,random", "iterations": 40},
         "small": {"env.name": "twenty_questions", "env.max_turns": 20, "model.policy": "small:gpt2",
-                  "model.critic": "small:roberta", "sft.experts": "optimal,random_order,redundant",
-                  "sft.dialogues": 512, "sft.steps": 600},
+                  "model.critic": "small:roberta", "sft.experts": "optimal",
+                  "sft.dialogues": 1024, "sft.steps": 600},
     })

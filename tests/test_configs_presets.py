@@ -64,6 +64,7 @@ def test_further_presets_build_on_tiny_and_are_listed_by_the_error():
     small = twenty_q.get_config("small")  # the whole game, on the small models built offline
     assert (small.env.name, small.env.max_turns) == ("twenty_questions", 20)
     assert (small.model.policy, small.model.critic) == ("small:gpt2", "small:roberta")
+    assert (small.sft.experts, small.sft.dialogues, small.sft.steps) == ("optimal", 1024, 600)
     with pytest.raises(ValueError, match="known: '', 'tiny', 'micro', 'weak', 'small'"):
         twenty_q.get_config("strong")
 
