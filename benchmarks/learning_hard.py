@@ -13,7 +13,8 @@ Settings (``--setting``):
 * ``full``: ``configs/20q.py:small``, all 157 objects and 20 turns with a 4-layer GPT-2 and RoBERTa
   (SFT on the optimal expert: about a third of the games won):
   ArCHer at 4x steps with 10 critic-only iterations, PPO + GAE at lambda 1, GRPO, filtered BC and
-  CHAI, 30 iterations, 3 seeds; the runs share one SFT per policy network (``sft.cache``).
+  CHAI, 30 iterations, 3 seeds; runs with the same policy network and optimizer share one SFT
+  (``sft.cache``).
 * ``city``: Guess My City on the official 950 dialogues: offline ArCHer, online ArCHer from it
   (``init_from``) and online ArCHer from SFT, 3 seeds.
 
