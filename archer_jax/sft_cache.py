@@ -6,7 +6,7 @@ policy network) do the same SFT once:
 
 An entry is the SFT result of one exact computation: its key hashes the demonstrations, the
 policy's parameters before SFT (their tree, shapes, dtypes and values), the SFT keys, the
-optimizer's keys, the micro-batching, the devices, the JAX, Flax and optax versions and the
+gradient clipping, the micro-batching, the devices, the JAX, Flax and optax versions and the
 source of this package. A run with the same key takes the stored parameters and SFT history, so
 it continues exactly as if it had done the SFT itself; anything else that differs trains and
 stores a new entry. Entries are written whole or not at all (a temporary directory renamed).

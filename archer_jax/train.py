@@ -330,7 +330,7 @@ def warm_start(agent: Agent, states: States, writers: report.Writers) -> tuple[S
             info = dict(info, cache=str(Path(c.sft.cache).expanduser() / entry))
             log.info("SFT: %d steps on %d pairs, taken from the cache %s (loss %.3f -> %.3f)", c.sft.steps,
                      len(observations), info["cache"], info["first_loss"], info["last_loss"])
-            return States(agent.init_actor(params), states.critic), info
+            return States(agent.init_actor_from_sft(params), states.critic), info
     with report.progress_bar(c.sft.steps, "SFT", "step") as bar:  # a log line every 30 s without a terminal
 
         def progress(step: int, metrics: dict) -> None:
@@ -342,17 +342,25 @@ def warm_start(agent: Agent, states: States, writers: report.Writers) -> tuple[S
     skipped = sum(m["nonfinite"] for m in history)
     if skipped == len(history):
         raise TrainingError(f"SFT: all {skipped} steps had a non-finite loss or gradient")
-    for step in range(0, len(history), max(1, len(history) // 50)):  # tags sft/*, steps 1..sft.steps
-        writers.scalars(step + 1, {f"sft/{k}": v for k, v in history[step].items()})
     info = dict(
         pairs=len(observations), steps=c.sft.steps, first_loss=history[0]["loss"], last_loss=history[-1]["loss"],
         skipped=skipped, seconds=time.perf_counter() - start,
     )
     log.info("SFT: %d steps on %d pairs (%s), loss %.3f -> %.3f, %.1f s", c.sft.steps, len(observations),
              c.sft.data, info["first_loss"], info["last_loss"], info["seconds"])
+    params = actor.params
     if entry is not None:
-        info["cache"] = str(sft_cache.save(c.sft.cache, entry, actor.params, history, info))
-    return States(agent.init_actor(actor.params), states.critic), info
+        path = sft_cache.save(c.sft.cache, entry, params, history, info)
+        # Another run may have stored this entry first: start from the stored policy, as every later run does.
+        params, stored_history, stored_info = sft_cache.load(c.sft.cache, entry, params)
+        if json.dumps(stored_history) != json.dumps(history):  # NaN != NaN, but their text is equal
+            log.warning("SFT: another run stored this SFT first (loss %.3f -> %.3f); starting from its result",
+                        stored_info["first_loss"], stored_info["last_loss"])
+            history, info = stored_history, stored_info
+        info = dict(info, cache=str(path))
+    for step in range(0, len(history), max(1, len(history) // 50)):  # tags sft/*, steps 1..sft.steps
+        writers.scalars(step + 1, {f"sft/{k}": v for k, v in history[step].items()})
+    return States(agent.init_actor_from_sft(params), states.critic), info
 
 
 def _sft_settings(agent: Agent, limit: int | None) -> dict[str, Any]:
@@ -360,8 +368,7 @@ def _sft_settings(agent: Agent, limit: int | None) -> dict[str, Any]:
     c = agent.parts.config
     devices = agent.parts.mesh.devices
     return dict(sft={k: c.sft[k] for k in ("steps", "lr", "batch_size", "seed")}, limit=limit,
-                optimizer=type(agent).actor_optimizer.__qualname__, max_grad_norm=c.learner.max_grad_norm,
-                critic_lr=c.learner.critic_lr, value_head=c.ppo.value_head, remat=c.model.remat,
+                max_grad_norm=c.learner.max_grad_norm, remat=c.model.remat,
                 precision=str(jax.config.jax_default_matmul_precision), mesh=dict(agent.parts.mesh.shape),
                 devices=[devices.flat[0].platform, devices.flat[0].device_kind, devices.size])
 

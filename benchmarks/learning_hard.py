@@ -13,8 +13,7 @@ Settings (``--setting``):
 * ``full``: ``configs/20q.py:small``, all 157 objects and 20 turns with a 4-layer GPT-2 and RoBERTa
   (SFT on the optimal expert: about a third of the games won):
   ArCHer at 4x steps with 10 critic-only iterations, PPO + GAE at lambda 1, GRPO, filtered BC and
-  CHAI, 30 iterations, 3 seeds; runs with the same policy network and optimizer share one SFT
-  (``sft.cache``).
+  CHAI, 30 iterations, 3 seeds, all from one SFT (``sft.cache``).
 * ``city``: Guess My City on the official 950 dialogues: offline ArCHer, online ArCHer from it
   (``init_from``) and online ArCHer from SFT, 3 seeds.
 
@@ -132,7 +131,7 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
 # Keys every run of a setting adds to its method's. The settings run first (weak, utd) read the
 # sampled policy from the games it played; an offline run plays none, so these evaluate it sampled.
 # The full game's SFT (600 steps of the small policy) is most of a run's cost and the same for every
-# seed and method with the same policy network: its runs share it ("{workdir}": --workdir).
+# seed and method: its runs share it ("{workdir}": --workdir).
 SETTING_OVERRIDES = {"city": ["eval_sampled=True"], "full": ["eval_sampled=True", "sft.cache={workdir}/full/sft_cache"]}
 # The runs a setting's tables take from another setting (the same config and method): the weak
 # setting's tables show ArCHer with the paper's warm-up and PPO + gae at lam 1 too (train them with

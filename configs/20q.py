@@ -31,8 +31,10 @@ with the tiny preset's five warm-up iterations.
 128-wide GPT-2 and a matching RoBERTa built offline (``small:gpt2``, ``small:roberta``), SFT on
 1024 of the optimal expert's dialogues (600 steps, about 15 minutes on a 2-core CPU). The policy
 learns the expert's question tree but not every leaf, so it wins about a third of the evaluation
-games (one SFT: greedy -16.3, success 0.28; sampled -15.5, 0.34; another: greedy -14.4, 0.44),
-against the expert's -8: room for RL to climb. A mix with faulty experts (random order, redundant questions) leaves this policy far from
+games (greedy -16.3, success 0.28; sampled -15.5, 0.34), against the expert's -8: room for RL to
+climb. The start is sensitive: an SFT that differed from it only in float rounding (another
+compiled program over the same arithmetic) played greedy -14.4, success 0.44, so runs compared
+with each other should share one SFT (``--config.sft.cache``). A mix with faulty experts (random order, redundant questions) leaves this policy far from
 fitting after the same steps (SFT loss 12 per utterance against 0.3): it never names an object
 and wins no game, and RL cannot climb from a start where every game scores -20.
 """

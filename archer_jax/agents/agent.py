@@ -122,7 +122,7 @@ class Agent:
         return NetworkSpec(critic=True, token_baseline=config.learner.loss.needs_baseline)
 
     def actor_optimizer(self, learning_rate: float) -> optax.GradientTransformation:
-        """The actor's optimizer at ``learning_rate`` (the SFT warm start uses it at ``sft.lr``)."""
+        """The actor's optimizer at ``learning_rate``."""
         return train_state.optimizer(learning_rate, self.config.learner.max_grad_norm)
 
     # ---- states -----------------------------------------------------------------------------
@@ -144,11 +144,19 @@ class Agent:
         return self.networks.policy_params(states.actor)
 
     def sft_step(self, learning_rate: float, limit: int | None = None) -> tuple[StepProgram, TrainState]:
-        """The behaviour-cloning step of the SFT warm start (this agent's actor, its optimizer at
-        ``learning_rate``, micro-batches of at most ``limit`` for "auto") and the actor state it
-        starts from."""
-        tx = self.actor_optimizer(learning_rate)
-        return bc_step(self.networks, tx, self.actor_target, limit), self.networks.init_actor(tx, self.actor_target)
+        """The behaviour-cloning step of the SFT warm start (micro-batches of at most ``limit`` for
+        "auto") and the state it starts from: the policy alone, without a value head or a reference
+        copy, under Adam at ``learning_rate`` with the run's gradient clipping. Every algorithm runs
+        this one program, so runs of any two from the same weights and demonstrations start from
+        the same policy (:meth:`init_actor_from_sft` puts it in this agent's actor)."""
+        networks = self.networks.policy_only()
+        tx = train_state.optimizer(learning_rate, self.config.learner.max_grad_norm)
+        return bc_step(networks, tx, False, limit), networks.init_actor(tx)
+
+    def init_actor_from_sft(self, policy) -> TrainState:
+        """The actor's state with a fresh optimizer from an SFT result (:meth:`sft_step`'s trained
+        parameters); a value head starts as it was built."""
+        return self.init_actor(self.networks.with_policy(policy))
 
     # ---- acting and learning ------------------------------------------------------------------
 

@@ -58,6 +58,7 @@ class Networks:
         self.matmul_precision = matmul_precision
         self.micro_batch_size, self.micro_batch_limit = micro_batch_size, micro_batch_limit
         self.has_baseline = actor.baseline is not None
+        self._policy = actor.policy  # for policy_only(): the same variables, none copied
         # With LoRA adapters the policy's other weights are frozen: kept out of the gradients and
         # the optimizer, held once on the mesh, and attached to every actor state (TrainState.frozen).
         self.actor_graphdef, self._actor_params, frozen = train_state.split_trainable(actor)
@@ -163,6 +164,20 @@ class Networks:
         if actor_state.frozen is None:
             return actor_state.params["policy"]
         return nnx.merge_state(actor_state.params["policy"], actor_state.frozen["policy"])
+
+    def policy_only(self) -> Networks:
+        """These networks' policy alone (no value head, no critic), on the same mesh with the same
+        settings and the same parameter arrays (none copied); these networks themselves when the
+        actor has no value head."""
+        if not self.has_baseline:
+            return self
+        return Networks(Actor(self._policy), mesh=self.mesh, rules=self.rules, matmul_precision=self.matmul_precision,
+                        micro_batch_size=self.micro_batch_size, micro_batch_limit=self.micro_batch_limit)
+
+    def with_policy(self, policy: nnx.State) -> nnx.State:
+        """The actor's trained parameters as built, the policy's replaced by ``policy`` (the trained
+        parameters of :meth:`policy_only`'s actor, e.g. an SFT result)."""
+        return nnx.merge_state(_host_values(self._actor_params), policy) if self.has_baseline else policy
 
     def _check_critic(self) -> None:
         if not self.has_critic:
