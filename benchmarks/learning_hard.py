@@ -234,7 +234,7 @@ def recorded(out: Path) -> dict[tuple[str, int, int], dict]:
                 rollouts=run.get("rollouts") or [], env_samples=run["env_samples"], wall_time_s=run["wall_time_s"],
                 benchmark_wall_s=run.get("benchmark_wall_s"), actor_from=run.get("actor_from"),
                 eval_return_before=evals[0]["eval/return"], eval_return_after=evals[-1]["eval/return"],
-                eval_success_after=evals[-1]["eval/success"], recorded_in=FILES[0])
+                eval_success_after=evals[-1]["eval/success"], sft=run.get("sft"), recorded_in=FILES[0])
     return kept
 
 
@@ -394,9 +394,33 @@ def report(setting: str, workdir: Path, kept: dict | None = None) -> dict | None
                 overrides={m: [o.replace(str(ROOT.parent), "..") for o in METHODS[m][2] + SETTING_OVERRIDES.get(setting, [])]
                            for m in dict.fromkeys(s["method"] for s in summaries)},
                 first_update={a: statistics.mean(v) for a, v in _first_updates(summaries).items()},
+                sft_starts=sft_starts(summaries),
                 runs=[{k: s.get(k) for k in ("method", "agent", "env_samples", "evals", "rollouts", "actor_from",
                                              "wall_time_s", "benchmark_wall_s")}
-                      | dict(seed=s["config"]["seed"], setting=_trained_in(setting, s["method"])) for s in summaries])
+                      | dict(seed=s["config"]["seed"], setting=_trained_in(setting, s["method"]), sft=sft_start(s))
+                      for s in summaries])
+
+
+SFT_KEYS = ("steps", "pairs", "first_loss", "last_loss")
+
+
+def sft_start(summary: dict) -> dict | None:
+    """What identifies a run's SFT warm start (its steps, pairs and first and last loss); None when
+    the run had none or its record does not say."""
+    sft = summary.get("sft")
+    return {k: sft[k] for k in SFT_KEYS} if sft and all(k in sft for k in SFT_KEYS) else None
+
+
+def sft_starts(summaries: list[dict]) -> list[dict]:
+    """The distinct SFT starts of a setting's runs, each with the runs from it (``method:seed``):
+    one, where the methods are compared from the same policy."""
+    starts: dict[tuple, dict] = {}
+    for s in summaries:
+        start = sft_start(s)
+        if start is not None:
+            entry = starts.setdefault(tuple(start.values()), dict(start, runs=[]))
+            entry["runs"].append(f"{s['method']}:{s['config']['seed']}")
+    return list(starts.values())
 
 
 def _reading(parts: list[str], r: dict, measure: str) -> None:
@@ -425,6 +449,13 @@ def markdown(results: list[dict]) -> str:
         parts += [f"## {r['title']}", "", f"Config `{r['config']}` unless a method names its own; each method's keys:", ""]
         parts += [f"- {m}: {'`' + METHODS[m][3] + '` ' if METHODS[m][3] else ''}agent={METHODS[m][1]} {' '.join(o)}"
                   for m, o in r["overrides"].items()] + [""]
+        starts = r.get("sft_starts") or []
+        if len(starts) == 1:
+            parts += [f"Every run with a recorded SFT starts from one: {starts[0]['steps']} steps on {starts[0]['pairs']} "
+                      f"pairs, loss {starts[0]['first_loss']:.3f} -> {starts[0]['last_loss']:.4f}.", ""]
+        elif starts:
+            parts += [f"**The runs start from {len(starts)} different SFT results**, so their comparison mixes starts: "
+                      + "; ".join(f"loss -> {s['last_loss']:.4f}: {', '.join(s['runs'])}" for s in starts) + ".", ""]
         if r.get("first_update"):
             parts += ["Env samples collected before the policy's first update, mean over seeds (a critic-only warm-up "
                       "delays it; CHAI has none, its critic chooses among the policy's samples from the start): "

@@ -195,3 +195,20 @@ def test_runs_the_results_hold_are_kept_when_their_workdir_is_gone(lh, tmp_path)
     (out / lh.FILES[0]).write_text("{not json")
     with pytest.raises(SystemExit, match="learning_hard.json: not a learning_hard results file"):
         lh.recorded(out)
+
+
+def test_the_report_says_whether_the_runs_share_one_sft_start(lh):
+    sft = dict(steps=600, pairs=8296, first_loss=67.3, last_loss=0.3135, seconds=910.0, cache="/somewhere")
+    runs = [summary("archer", 0, [-16.0, -15.0]) | dict(sft=sft), summary("ppo_gae_lam1", 0, [-16.0, -14.0]) | dict(sft=sft),
+            summary("chai", 0, [-16.0, -15.0])]  # a run recorded without its SFT is left out
+    (one,) = lh.sft_starts(runs)
+    assert one["runs"] == ["archer:0", "ppo_gae_lam1:0"] and "seconds" not in one
+    text = lh.markdown([dict(title="t", config="c", overrides={}, sft_starts=[one], rows=[], quality=[],
+                             threshold=None, target=None)])
+    assert "Every run with a recorded SFT starts from one: 600 steps on 8296 pairs" in text
+    runs[1]["sft"] = dict(sft, last_loss=0.3285)
+    starts = lh.sft_starts(runs)
+    text = lh.markdown([dict(title="t", config="c", overrides={}, sft_starts=starts, rows=[], quality=[],
+                             threshold=None, target=None)])
+    assert len(starts) == 2 and "**The runs start from 2 different SFT results**" in text
+    assert "-> 0.3285: ppo_gae_lam1:0" in text
