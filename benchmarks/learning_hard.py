@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -133,6 +134,11 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
 # The full game's SFT (600 steps of the small policy) is most of a run's cost and the same for every
 # seed and method: its runs share it ("{workdir}": --workdir).
 SETTING_OVERRIDES = {"city": ["eval_sampled=True"], "full": ["eval_sampled=True", "sft.cache={workdir}/full/sft_cache"]}
+# The full game's SFT start, kept with the results: XLA's CPU programs round differently on another
+# host, so an SFT recomputed elsewhere is another start (greedy -16.34 on one host, -16.06 on the
+# next). Its entries are copied into the workdir's cache before any run, so that every run on any
+# host starts from them while this package's source (part of the cache key) is unchanged.
+SFT_KEPT = {"full": RESULTS / "learning_hard_sft"}
 # The runs a setting's tables take from another setting (the same config and method): the weak
 # setting's tables show ArCHer with the paper's warm-up and PPO + gae at lam 1 too (train them with
 # --setting utd), so that its paper's measure is taken at the best-tuned PPO.
@@ -141,6 +147,20 @@ BORROWS = {"utd": {"weak": ("archer", "ppo_gae")}, "weak": {"utd": ("archer_warm
 STARTS_FROM = {"online_from_offline": "offline_archer"}
 FILES = ("learning_hard.json", "learning_hard.png", "learning_hard.md")
 WINDOW = 5  # iterations of train-time games per point of the sampled reading (an eval_freq apart)
+
+
+def seed_sft_cache(workdir: Path, settings: list[str]) -> None:
+    """Copies the kept SFT entries of ``settings`` (``SFT_KEPT``) missing from the workdir's caches."""
+    for setting in settings:
+        kept = SFT_KEPT.get(setting)
+        if kept is None or not kept.is_dir():
+            continue
+        cache = workdir / setting / "sft_cache"
+        for entry in sorted(p for p in kept.iterdir() if p.is_dir()):
+            if not (cache / entry.name).exists():
+                cache.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(entry, cache / f".{entry.name}.tmp", dirs_exist_ok=True)
+                (cache / f".{entry.name}.tmp").rename(cache / entry.name)
 
 
 def run_dir(workdir: Path, setting: str, method: str, seed: int) -> Path:
@@ -553,6 +573,7 @@ def main() -> None:
     start = time.perf_counter()
     workdir = args.workdir.resolve()
     jobs = [] if args.report else to_train(args.setting, args.methods, args.seeds, workdir, recorded(args.out))
+    seed_sft_cache(workdir, sorted({setting for setting, _, _ in jobs}))
     results = None  # written (and committed) as each run finishes; else once, below
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(train, *j, workdir): j for j in jobs}

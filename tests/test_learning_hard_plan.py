@@ -212,3 +212,18 @@ def test_the_report_says_whether_the_runs_share_one_sft_start(lh):
                              threshold=None, target=None)])
     assert len(starts) == 2 and "**The runs start from 2 different SFT results**" in text
     assert "-> 0.3285: ppo_gae_lam1:0" in text
+
+
+def test_the_kept_sft_start_is_copied_into_the_workdir_cache_once(lh, tmp_path, monkeypatch):
+    kept = tmp_path / "kept"
+    (kept / "abc").mkdir(parents=True)
+    (kept / "abc" / "params.npz").write_bytes(b"kept")
+    monkeypatch.setattr(lh, "SFT_KEPT", {"full": kept})
+    workdir = tmp_path / "runs"
+    lh.seed_sft_cache(workdir, ["weak", "full"])
+    cache = workdir / "full" / "sft_cache"
+    assert [p.name for p in cache.iterdir()] == ["abc"] and (cache / "abc" / "params.npz").read_bytes() == b"kept"
+    assert not (workdir / "weak").exists()
+    (cache / "abc" / "params.npz").write_bytes(b"trained here")  # an entry already there is left as it is
+    lh.seed_sft_cache(workdir, ["full"])
+    assert (cache / "abc" / "params.npz").read_bytes() == b"trained here"
