@@ -151,13 +151,19 @@ FILES = ("learning_hard.json", "learning_hard.png", "learning_hard.md")
 WINDOW = 5  # iterations of train-time games per point of the sampled reading (an eval_freq apart)
 
 
+def sft_cache_dir(setting: str, workdir: Path) -> Path | None:
+    """The SFT cache a setting's runs share (its ``sft.cache`` override), or None."""
+    caches = [o.split("=", 1)[1] for o in SETTING_OVERRIDES.get(setting, []) if o.startswith("sft.cache=")]
+    return Path(caches[0].format(workdir=workdir)) if caches else None
+
+
 def seed_sft_cache(workdir: Path, settings: list[str]) -> None:
     """Copies the kept SFT entries of ``settings`` (``SFT_KEPT``) missing from the workdir's caches."""
     for setting in settings:
         kept = SFT_KEPT.get(setting)
-        if kept is None or not kept.is_dir():
+        cache = sft_cache_dir(setting, workdir)
+        if kept is None or not kept.is_dir() or cache is None:
             continue
-        cache = workdir / setting / "sft_cache"
         for entry in sorted(p for p in kept.iterdir() if p.is_dir()):
             if not (cache / entry.name).exists():
                 cache.mkdir(parents=True, exist_ok=True)
