@@ -25,7 +25,8 @@ benchmark resumes with the same command. After each run finishes, the results of
 run of every setting are written again (``benchmarks/results/learning_hard.{json,png,md}``), and
 with ``--commit`` committed, so that work done is never lost. A run those results hold is kept in
 them, and not trained again, when its workdir is gone (a fresh machine); to train it again, remove
-it from the JSON or pass another ``--out``.
+it from the JSON or pass another ``--out``; ``--same-start`` trains again the runs from an SFT start
+other than the one kept with the results (``SFT_KEPT``), so that a setting's methods share one.
 
     python benchmarks/learning_hard.py --setting weak --jobs 2 --commit
     python benchmarks/learning_hard.py --setting utd --jobs 2 --commit
@@ -552,18 +553,50 @@ def _plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def kept_starts(setting: str) -> list[dict]:
+    """The SFT starts kept with the results for ``setting`` (``SFT_KEPT``), as :func:`sft_start` reads
+    a run's."""
+    kept = SFT_KEPT.get(setting)
+    metas = sorted(kept.glob("*/meta.json")) if kept is not None and kept.is_dir() else []
+    starts = (sft_start(dict(sft=json.loads(m.read_text()).get("info"))) for m in metas)
+    return [s for s in starts if s is not None]
+
+
+def from_other_start(setting: str, summary: dict) -> bool:
+    """Whether a run of ``setting`` records an SFT start other than the kept ones (none kept: False)."""
+    starts, start = kept_starts(setting), sft_start(summary)
+    return bool(starts) and start is not None and start not in starts
+
+
 def to_train(settings: list[str], methods: list[str] | None, seeds: list[int] | None, workdir: Path,
-             kept: dict | None = None) -> list[tuple]:
+             kept: dict | None = None, same_start: bool = False) -> list[tuple]:
     """The (setting, method, seed) runs to train, seed by seed: each setting's methods and seeds unless
     given, less the finished ones (in the workdir, or ``kept`` in the results), and less those another
-    run starts from (that run trains them first)."""
+    run starts from (that run trains them first). ``same_start``: a finished run from an SFT start
+    other than the setting's kept one (:func:`from_other_start`) is trained again, from the kept one."""
     jobs = [(setting, m, s) for setting in settings for s in (seeds or SETTINGS[setting][3])
             for m in (methods or SETTINGS[setting][2])]
     if any(METHODS[m][3] == CITY_OFFLINE for _, m, _ in jobs) and not CITY_DATA.is_file():
         raise SystemExit(f"{CITY_DATA}: missing (the official Guess My City dialogues, needed by offline_archer)")
     jobs = [(g, m, s) for g, m, s in jobs
             if not any(STARTS_FROM.get(d) == m and (g, d, s) in jobs for d in STARTS_FROM)]
-    return [j for j in jobs if j not in (kept or {}) and finished(*j, workdir) is None]
+
+    def done(job: tuple) -> bool:
+        summary = finished(*job, workdir) or (kept or {}).get(job)
+        return summary is not None and not (same_start and from_other_start(job[0], summary))
+
+    return [j for j in jobs if not done(j)]
+
+
+def set_aside(job: tuple, workdir: Path) -> None:
+    """Renames a finished run of ``job`` in the workdir (one from another SFT start, trained again)
+    to ``<run>.other_start``, so that the job trains afresh and nothing is lost."""
+    path = run_dir(workdir, *job)
+    if finished(*job, workdir) is not None:
+        aside = path.with_name(f"{path.name}.other_start")
+        if aside.exists():
+            raise SystemExit(f"{aside}: already there; move it away to train {path} again")
+        path.rename(aside)
 
 
 def main() -> None:
@@ -576,11 +609,17 @@ def main() -> None:
     parser.add_argument("--report", action="store_true", help="train nothing: write the results from the finished runs")
     parser.add_argument("--commit", action="store_true", help="git-commit the results files after each finished run")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--same-start", action="store_true",
+                        help="train again the finished runs whose SFT start is not the one kept with the results "
+                             "(a run in the workdir is renamed <run>.other_start first)")
     args = parser.parse_args()
 
     start = time.perf_counter()
     workdir = args.workdir.resolve()
-    jobs = [] if args.report else to_train(args.setting, args.methods, args.seeds, workdir, recorded(args.out))
+    jobs = [] if args.report else to_train(args.setting, args.methods, args.seeds, workdir, recorded(args.out),
+                                           args.same_start)
+    for job in jobs:
+        set_aside(job, workdir)
     seed_sft_cache(workdir, sorted({setting for setting, _, _ in jobs}))
     results = None  # written (and committed) as each run finishes; else once, below
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

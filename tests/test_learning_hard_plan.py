@@ -227,3 +227,27 @@ def test_the_kept_sft_start_is_copied_into_the_workdir_cache_once(lh, tmp_path, 
     (cache / "abc" / "params.npz").write_bytes(b"trained here")  # an entry already there is left as it is
     lh.seed_sft_cache(workdir, ["full"])
     assert (cache / "abc" / "params.npz").read_bytes() == b"trained here"
+
+
+def test_same_start_trains_again_the_runs_from_another_sft_start(lh, tmp_path, monkeypatch):
+    kept = tmp_path / "kept" / "abc"
+    kept.mkdir(parents=True)
+    start = dict(steps=600, pairs=8296, first_loss=67.3, last_loss=0.365)
+    (kept / "meta.json").write_text(json.dumps(dict(leaves=2, info=dict(start, skipped=0.0, seconds=200.0))))
+    monkeypatch.setattr(lh, "SFT_KEPT", {"full": tmp_path / "kept"})
+    assert lh.kept_starts("full") == [start] and lh.kept_starts("weak") == []
+    other = dict(start, last_loss=0.314)
+    records = {("full", "chai", 0): summary("chai", 0, [-16.0, -15.0]) | dict(sft=other),
+               ("full", "chai", 1): summary("chai", 1, [-16.0, -15.0]) | dict(sft=start)}
+    workdir = tmp_path / "runs"
+    finished_here = lh.run_dir(workdir, "full", "filtered_bc", 0)
+    finished_here.mkdir(parents=True)
+    (finished_here / "summary.json").write_text(json.dumps(summary("filtered_bc", 0, [-16.0, -14.0]) | dict(sft=other)))
+    args = (["full"], ["chai", "filtered_bc"], [0, 1], workdir, records)
+    assert lh.to_train(*args) == [("full", "filtered_bc", 1)]
+    jobs = lh.to_train(*args, same_start=True)
+    assert jobs == [("full", "chai", 0), ("full", "filtered_bc", 0), ("full", "filtered_bc", 1)]
+    for job in jobs:
+        lh.set_aside(job, workdir)
+    assert not finished_here.exists()
+    assert json.loads((finished_here.with_name("filtered_bc_seed0.other_start") / "summary.json").read_text())["sft"] == other
