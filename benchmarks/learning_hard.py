@@ -91,6 +91,11 @@ METHODS = {
     # env samples here), then climbs faster than PPO does. Half the warm-up (400 critic steps).
     "archer_warm10": ("ArCHer, 4x steps, critic alone for 10 iterations", "archer",
                       ["critic_steps=40", "actor_steps=12", "warmup_iter=10"], None),
+    # The paper's warm-up with 20 more iterations: on the full game the critic's values are still
+    # falling toward the returns' scale when the 30-iteration budget's actor starts, and its actor gets
+    # 10 iterations. Its first 30 iterations are archer_warm's run (the same seed and keys).
+    "archer_warm_long": ("ArCHer, 4x steps, critic alone for 20 iterations, 50 iterations", "archer",
+                         ["critic_steps=40", "actor_steps=12", "warmup_iter=20", "iterations=50"], None),
     # PPO's own tuning at the same budget (its defaults: 4 epochs, minibatches of 32, actor_lr 1e-5).
     "ppo_gae_lr3": ("PPO + gae, actor_lr 3e-5", "ppo", ["ppo.adv_estimator=gae", "learner.actor_lr=3e-5"], None),
     # At 1e-5 and 3e-5 PPO drifts to invalid questions (70% of the weak start's sampled turns, over 95%
@@ -124,7 +129,8 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
     # to PPO), and the paper's 20, which leaves the actor 10 iterations: on the 20-turn game the
     # critic's values are still falling toward the returns' scale after 10.
     "full": ("20Q, all 157 objects, small models (configs/20q.py:small)", SMALL,
-             ("archer_warm10", "archer_warm", "ppo_gae_lam1", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
+             ("archer_warm10", "archer_warm", "ppo_gae_lam1", "ppo_grpo", "filtered_bc", "chai", "archer_warm_long"),
+             (0, 1, 2)),
     "utd": ("20Q subset, weak start: update-to-data ratio and PPO tuning", WEAK,
             ("archer_utd2", "archer_utd4", "archer_critic_lr", "archer_warm", "archer_warm10", "ppo_gae_lr3",
              "ppo_gae_lr03", "ppo_gae_lam1", "ppo_gae_epochs8", "ppo_gae_mb16"),
