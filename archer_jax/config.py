@@ -316,6 +316,10 @@ def _check_data(c: ml_collections.ConfigDict) -> None:
             raise ConfigError("config.init_from: a run that starts from another run's networks takes no SFT warm start "
                               f"(sft.steps is {c.sft.steps}); set --config.sft.steps=0")
         checkpoint_directory(c.init_from)
+    if c.critic_init_value and (c.init_from or c.model.critic_init):
+        source = "init_from" if c.init_from else "model.critic_init"
+        raise ConfigError(f"config.critic_init_value: the critic starts from {source}'s, whose values it would not "
+                          f"change; set critic_init_value=0 or drop {source}")
     if c.model.critic_init:
         if c.init_from:
             raise ConfigError("config.model.critic_init: init_from already gives this run its critic; set one of them")

@@ -21,6 +21,8 @@ KEY_DOCS: dict[str, str] = {
     "actor_steps": "actor optimizer steps per iteration, after warmup_iter",
     "bc_steps": "filtered BC: optimizer steps per iteration",
     "warmup_iter": "first iterations that train the critic only",
+    "critic_init_value": "the critic's Q and V heads start near this value (their output bias; 0 = the official init): "
+                         "about the playing policy's values (near -1/(1 - gamma) when most games are lost at the turn limit)",
     "chai_samples": "CHAI: candidate actions per state",
     "filtered_bc_fraction": "filtered BC: top fraction of trajectories kept, in (0, 1]",
     "eval_freq": "iterations between greedy evaluations (0 = only before training and at the end)",

@@ -96,6 +96,11 @@ METHODS = {
     # 10 iterations. Its first 30 iterations are archer_warm's run (the same seed and keys).
     "archer_warm_long": ("ArCHer, 4x steps, critic alone for 20 iterations, 50 iterations", "archer",
                          ["critic_steps=40", "actor_steps=12", "warmup_iter=20", "iterations=50"], None),
+    # The critic started at the values' scale instead of walking there: its heads' output bias at -17
+    # (near -1/(1 - gamma) = -20 for games lost at the 12-turn limit, which the weak start mostly
+    # loses), and a short warm-up (5 critic-only iterations, 200 steps) to learn the differences.
+    "archer_init": ("ArCHer, 4x steps, critic from -17, critic alone for 5 iterations", "archer",
+                    ["critic_steps=40", "actor_steps=12", "warmup_iter=5", "critic_init_value=-17.0"], None),
     # PPO's own tuning at the same budget (its defaults: 4 epochs, minibatches of 32, actor_lr 1e-5).
     "ppo_gae_lr3": ("PPO + gae, actor_lr 3e-5", "ppo", ["ppo.adv_estimator=gae", "learner.actor_lr=3e-5"], None),
     # At 1e-5 and 3e-5 PPO drifts to invalid questions (70% of the weak start's sampled turns, over 95%
@@ -133,7 +138,7 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
              (0, 1, 2)),
     "utd": ("20Q subset, weak start: update-to-data ratio and PPO tuning", WEAK,
             ("archer_utd2", "archer_utd4", "archer_critic_lr", "archer_warm", "archer_warm10", "ppo_gae_lr3",
-             "ppo_gae_lr03", "ppo_gae_lam1", "ppo_gae_epochs8", "ppo_gae_mb16"),
+             "ppo_gae_lr03", "ppo_gae_lam1", "ppo_gae_epochs8", "ppo_gae_mb16", "archer_init"),
             (0, 1)),
     "city": ("Guess My City: offline, offline then online, online from SFT", CITY,
              ("offline_archer", "online_from_offline", "online_from_sft"), (0, 1, 2)),
@@ -151,7 +156,7 @@ SFT_KEPT = {"full": RESULTS / "learning_hard_sft"}
 # The runs a setting's tables take from another setting (the same config and method): the weak
 # setting's tables show ArCHer with the paper's warm-up and PPO + gae at lam 1 too (train them with
 # --setting utd), so that its paper's measure is taken at the best-tuned PPO.
-BORROWS = {"utd": {"weak": ("archer", "ppo_gae")}, "weak": {"utd": ("archer_warm", "ppo_gae_lam1")}}
+BORROWS = {"utd": {"weak": ("archer", "ppo_gae")}, "weak": {"utd": ("archer_warm", "ppo_gae_lam1", "archer_init")}}
 # A method whose runs start from another method's run of the same seed, trained first.
 STARTS_FROM = {"online_from_offline": "offline_archer"}
 FILES = ("learning_hard.json", "learning_hard.png", "learning_hard.md")

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import ClassVar
 
 from archer_jax.agents.agent import Agent, group, timed
 from archer_jax.parts import ACTOR, CRITIC
 from archer_jax.learners import archer
+from archer_jax.learners.critic import with_initial_value
 from archer_jax.learners.learner_config import LearnerConfig, loss_options
 from archer_jax.learners.micro_batching import StepProgram
 from archer_jax.learners.networks import Networks
@@ -42,11 +44,17 @@ class Config:
     critic_steps: int = 50  # critic optimizer steps per iteration
     actor_steps: int = 3  # actor optimizer steps per iteration, after warmup_iter
     warmup_iter: int = 20  # iterations that train the critic only
+    # The output bias of the critic's Q and V heads at initialization (0: the official critic's).
+    # TD with a Polyak target closes the values' gap to the returns' scale by about tau * (1 - gamma)
+    # a step (docs/algorithms.md, section 2): started near that scale, the critic learns the differences.
+    critic_init_value: float = 0.0
 
     def __post_init__(self):
         for name in ("critic_steps", "actor_steps", "warmup_iter"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if not math.isfinite(self.critic_init_value):
+            raise ValueError(f"critic_init_value: must be finite, got {self.critic_init_value}")
         if (self.learner.actor_loss in OFFLINE_LOSSES) != self.dataset_actions:
             raise offline_loss_error(self.agent, self.learner.actor_loss)
 
@@ -77,6 +85,13 @@ class ArCHer(Agent):
         super().__init__(parts, config)
         self.critic_step = critic_step(self.networks, self.critic_tx, config.learner)
         self.actor_step = actor_step(self.networks, self.actor_tx, self.critic_tx, config.learner)
+
+    def init_critic(self, params=None, target=None):
+        """The critic's state with a fresh optimizer: from ``params`` and ``target`` (another run's),
+        else the built critic with its heads' output bias at ``critic_init_value``."""
+        if params is None and self.config.critic_init_value:
+            params = with_initial_value(self.networks.initial_critic_params(), self.config.critic_init_value)
+        return super().init_critic(params, target)
 
     def pi_actions(self, states: States, sample: dict, key) -> list[str]:
         """ArCHer's ``a_π``: a fresh sample from the current policy for each replayed observation."""

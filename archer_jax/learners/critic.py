@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from archer_jax.models.layers import DType, annotated
@@ -21,6 +22,7 @@ from archer_jax.models.tokenizer import Tokens
 Array = jax.Array
 
 EMBEDDINGS = ("pooler", "first_token")
+HEADS = ("q1", "q2", "v1", "v2")
 
 
 class CriticValues(NamedTuple):
@@ -99,3 +101,20 @@ class DoubleCritic(nnx.Module):
         q1, q2 = self.q_values(s, self.embed(action))
         v1, v2 = self.v_values(s)
         return CriticValues(q1, q2, v1, v2)
+
+
+def with_initial_value(params: nnx.State, value: float) -> nnx.State:
+    """A :class:`DoubleCritic`'s parameters ``params`` with the output bias of each head set to
+    ``value``, so that every ``Q_i`` and ``V_i`` starts at ``value`` plus what the rest of the head
+    gives (near 0 at initialization). The other parameters are the same arrays."""
+
+    def names(path) -> tuple:
+        return tuple(getattr(k, "key", getattr(k, "name", None)) for k in path)
+
+    def set_bias(path, leaf):
+        key = names(path)
+        if len(key) >= 3 and key[0] in HEADS and key[1:3] == ("out", "bias"):
+            return np.full(leaf.shape, value, dtype=leaf.dtype)
+        return leaf
+
+    return jax.tree_util.tree_map_with_path(set_bias, params)

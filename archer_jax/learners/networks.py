@@ -144,6 +144,11 @@ class Networks:
             state = state._replace(target=jax.device_put(target, shardings.target))
         return state
 
+    def initial_critic_params(self) -> nnx.State:
+        """The critic's parameters as built (host values when several processes share the mesh)."""
+        self._check_critic()
+        return _host_values(self._critic_params)
+
     def abstract_actor(self, tx: optax.GradientTransformation, with_target: bool = False) -> TrainState:
         """An actor state's shapes and shardings, no arrays (:class:`jax.ShapeDtypeStruct` leaves):
         what a step lowers from to be compiled without weights."""
