@@ -97,8 +97,9 @@ METHODS = {
     "archer_warm_long": ("ArCHer, 4x steps, critic alone for 20 iterations, 50 iterations", "archer",
                          ["critic_steps=40", "actor_steps=12", "warmup_iter=20", "iterations=50"], None),
     # The critic started at the values' scale instead of walking there: its heads' output bias at -17
-    # (near -1/(1 - gamma) = -20 for games lost at the 12-turn limit, which the weak start mostly
-    # loses), and a short warm-up (5 critic-only iterations, 200 steps) to learn the differences.
+    # (near -1/(1 - gamma) = -20 for games lost at the turn limit, which both the weak start and the
+    # full game's mostly lose), and a short warm-up (5 critic-only iterations, 200 steps) to learn the
+    # differences.
     "archer_init": ("ArCHer, 4x steps, critic from -17, critic alone for 5 iterations", "archer",
                     ["critic_steps=40", "actor_steps=12", "warmup_iter=5", "critic_init_value=-17.0"], None),
     # PPO's own tuning at the same budget (its defaults: 4 epochs, minibatches of 32, actor_lr 1e-5).
@@ -134,7 +135,8 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
     # to PPO), and the paper's 20, which leaves the actor 10 iterations: on the 20-turn game the
     # critic's values are still falling toward the returns' scale after 10.
     "full": ("20Q, all 157 objects, small models (configs/20q.py:small)", SMALL,
-             ("archer_warm10", "archer_warm", "ppo_gae_lam1", "ppo_grpo", "filtered_bc", "chai", "archer_warm_long"),
+             ("archer_warm10", "archer_warm", "ppo_gae_lam1", "ppo_grpo", "filtered_bc", "chai", "archer_warm_long",
+              "archer_init"),
              (0, 1, 2)),
     "utd": ("20Q subset, weak start: update-to-data ratio and PPO tuning", WEAK,
             ("archer_utd2", "archer_utd4", "archer_critic_lr", "archer_warm", "archer_warm10", "ppo_gae_lr3",
