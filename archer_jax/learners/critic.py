@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from archer_jax.learners.train_state import path_names
 from archer_jax.models.layers import DType, annotated
 from archer_jax.models.roberta.model import RobertaModel
 from archer_jax.models.tokenizer import Tokens
@@ -108,11 +109,8 @@ def with_initial_value(params: nnx.State, value: float) -> nnx.State:
     ``value``, so that every ``Q_i`` and ``V_i`` starts at ``value`` plus what the rest of the head
     gives (near 0 at initialization). The other parameters are the same arrays."""
 
-    def names(path) -> tuple:
-        return tuple(getattr(k, "key", getattr(k, "name", None)) for k in path)
-
     def set_bias(path, leaf):
-        key = names(path)
+        key = path_names(path)
         if len(key) >= 3 and key[0] in HEADS and key[1:3] == ("out", "bias"):
             return np.full(leaf.shape, value, dtype=leaf.dtype)
         return leaf

@@ -139,7 +139,7 @@ class Networks:
         another run's critic); the target is ``target`` if given, else a copy of the parameters."""
         shardings = self.critic_shardings(tx)
         create = jax.jit(functools.partial(train_state.create, tx=tx, with_target=True), out_shardings=shardings)
-        state = create(_host_values(self._critic_params) if params is None else params)
+        state = create(self.initial_critic_params() if params is None else params)
         if target is not None:
             state = state._replace(target=jax.device_put(target, shardings.target))
         return state

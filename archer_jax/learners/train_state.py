@@ -58,14 +58,18 @@ def optimizer(learning_rate: float, max_grad_norm: float | None) -> optax.Gradie
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), adam)
 
 
+def path_names(path) -> tuple[str, ...]:
+    """The names along a pytree key path (``('q1', 'out', 'bias', 'value')``)."""
+    return tuple(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
+
+
 def partitioned_optimizer(learning_rates: dict[str, float], max_grad_norm: float | None,
                           label: Callable[[str], str]) -> optax.GradientTransformation:
     """One :func:`optimizer` per part of a parameter tree (its own learning rate, its own gradient
     clipping), each parameter's part named by ``label(top-level key)``: e.g. PPO's actor, whose
     separate value model trains at the critic's rate."""
     def labels(params):
-        top = lambda path: str(getattr(path[0], "key", getattr(path[0], "name", path[0])))  # noqa: E731
-        return jax.tree_util.tree_map_with_path(lambda path, _: label(top(path)), params)
+        return jax.tree_util.tree_map_with_path(lambda path, _: label(path_names(path[:1])[0]), params)
 
     return optax.multi_transform({part: optimizer(lr, max_grad_norm) for part, lr in learning_rates.items()}, labels)
 
