@@ -11,7 +11,9 @@ its ``limit``) in one micro-batch and reads the compiled program's memory analys
 temporaries and new outputs, plus the batch itself). If that does not fit in :data:`HEADROOM` of
 the device's free memory (:func:`device_free_bytes`: ``Device.memory_stats()`` on GPUs and TPUs, the
 host's available memory for CPU devices), it compiles smaller micro-batches until one fits,
-guided by a line through the two ends. On CPUs the run limits "auto" to the config's
+guided by a line through the two ends; when even the smallest does not fit, the step stops with
+an error that says what to change, except on CPU devices (:func:`shares_host_memory`), which run
+the smallest with a warning. On CPUs the run limits "auto" to the config's
 ``batch_size`` (:func:`auto_limit`): there, larger micro-batches leave the caches and ran slower
 (GPT-2 + RoBERTa-base, 32 transitions on a 2-core CPU: critic and actor programs 30.6 s each in
 micro-batches of 8, 36.7 and 36.2 s in one of 32), and memory is rarely what limits them. The choice is made once per batch shape (each length
@@ -112,6 +114,13 @@ def device_free_bytes(devices: Sequence[jax.Device]) -> int | None:
                 return None
             free.append(host // max(1, len(jax.local_devices(backend=device.platform))))
     return min(free) if free else None
+
+
+def shares_host_memory(devices) -> bool:
+    """Whether ``devices`` are CPU devices, whose free memory is the host's: a moment's reading that
+    other processes move, so a step that seems not to fit there runs anyway (a warning says so),
+    where a GPU's or TPU's own limit refuses it."""
+    return all(device.platform == "cpu" for device in devices)
 
 
 def program_bytes(compiled: jax.stages.Compiled, batch_bytes: int) -> int | None:
@@ -290,6 +299,11 @@ class StepProgram:
         largest, smallest = sizes[0], sizes[-1]
         if fits(largest):
             return Layout(largest, rows // largest, needs[largest], free)
+        if not fits(smallest) and self.free_bytes is None and shares_host_memory(self.mesh.devices.flat):
+            log.warning("%s: micro-batches of %d transitions (%s) need %s per device, more than %.0f%% of the host's "
+                        "%s available now (other processes share it): running them anyway", self.name, smallest,
+                        _describe(args[-1]), size_text(needs[smallest]), 100 * HEADROOM, size_text(free))
+            return Layout(smallest, rows // smallest, needs[smallest], free)
         if not fits(smallest):
             raise TrainingError(
                 f"{self.name}: micro-batches of {smallest} transitions ({_describe(args[-1])}) need "

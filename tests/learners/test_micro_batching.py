@@ -1,6 +1,8 @@
 """Micro-batching by memory: every layout gives the same step, "auto" takes the largest that fits
 the (here: simulated) free memory, from the compiled program's memory analysis."""
 
+import logging
+
 import jax
 import pytest
 
@@ -67,7 +69,7 @@ def test_every_layout_gives_the_same_step(size, tiny_dirs, tokenizers, whole):
 
 
 @pytest.mark.slow  # over 10 s on 2 cores (it compiles learner or sampler programs): the fast tier skips it
-def test_auto_takes_the_largest_micro_batch_that_fits(tiny_dirs, tokenizers, monkeypatch):
+def test_auto_takes_the_largest_micro_batch_that_fits(tiny_dirs, tokenizers, monkeypatch, caplog):
     learner = Steps(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size=16))
     state = learner.init_actor()
     batch = actor_batch(tokenizers, n=16)
@@ -92,10 +94,23 @@ def test_auto_takes_the_largest_micro_batch_that_fits(tiny_dirs, tokenizers, mon
     assert max_rel_err(as_numpy(new.params), as_numpy(reference.params)) == 0  # the same program ran
     assert float(metrics["loss"]) == float(reference_metrics["loss"])
 
+    # A GPU's or TPU's own limit refuses a step whose smallest micro-batch does not fit ...
+    monkeypatch.setattr(micro_batching, "shares_host_memory", lambda devices: False)
     auto, fresh = auto_with(need[1] / 2)
     with pytest.raises(TrainingError, match=r"^bc_step: micro-batches of 1 transitions \(lengths .*\) need [0-9.]+ MiB "
                                             r"per device, [0-9.]+ MiB free: set config.model.remat"):
         auto.bc_step(fresh, batch)
+    # ... while CPU devices, whose free memory is the host's moment-to-moment reading, run the smallest.
+    monkeypatch.setattr(micro_batching, "shares_host_memory", lambda devices: True)
+    auto, fresh = auto_with(need[1] / 2)
+    with caplog.at_level(logging.WARNING, logger=micro_batching.__name__):
+        auto.bc_step(fresh, batch)
+    assert [(x.size, x.count) for x in auto.programs()["bc_step"].layouts.values()] == [(1, 16)]
+    assert "bc_step: micro-batches of 1 transitions" in caplog.text and "running them anyway" in caplog.text
+
+
+def test_only_cpu_devices_share_the_hosts_memory():
+    assert micro_batching.shares_host_memory(jax.local_devices()) == (jax.local_devices()[0].platform == "cpu")
 
 
 def test_auto_stays_within_its_limit(tiny_dirs, tokenizers):
