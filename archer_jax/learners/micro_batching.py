@@ -299,12 +299,12 @@ class StepProgram:
         largest, smallest = sizes[0], sizes[-1]
         if fits(largest):
             return Layout(largest, rows // largest, needs[largest], free)
-        if not fits(smallest) and self.free_bytes is None and shares_host_memory(self.mesh.devices.flat):
-            log.warning("%s: micro-batches of %d transitions (%s) need %s per device, more than %.0f%% of the host's "
-                        "%s available now (other processes share it): running them anyway", self.name, smallest,
-                        _describe(args[-1]), size_text(needs[smallest]), 100 * HEADROOM, size_text(free))
-            return Layout(smallest, rows // smallest, needs[smallest], free)
         if not fits(smallest):
+            if self.free_bytes is None and shares_host_memory(self.mesh.devices.flat):
+                log.warning("%s: micro-batches of %d transitions (%s) need %s per device, more than %.0f%% of the "
+                            "host's %s available now (other processes share it): running them anyway", self.name,
+                            smallest, _describe(args[-1]), size_text(needs[smallest]), 100 * HEADROOM, size_text(free))
+                return Layout(smallest, rows // smallest, needs[smallest], free)
             raise TrainingError(
                 f"{self.name}: micro-batches of {smallest} transitions ({_describe(args[-1])}) need "
                 f"{size_text(needs[smallest])} per device, {size_text(free)} free: set config.model.remat "
