@@ -9,9 +9,9 @@ official style carries to online play against the embedded oracle.
 
     python benchmarks/city_questions.py --dataset ../shared/data/guess_my_city.json
 
-A turn's question is its text up to the first ``?``, from its last line (a few official turns
-start with "Based on the information provided, my next question would be:" on a line of its own).
-Writes ``benchmarks/results/city_questions.json``.
+The questions are the actions of the dataset's transitions as the offline runs read them
+(:func:`archer_jax.data.dialogues.city_transitions`: a turn's text up to its first ``?`` on one
+line, each game up to its first winning turn). Writes ``benchmarks/results/city_questions.json``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import json
 import re
 from pathlib import Path
 
+from archer_jax.data.dialogues import city_transitions, read_city_dialogues
 from archer_jax.envs.guess_my_city import CityOracle
 from archer_jax.envs.oracle import canonical_question
 
@@ -29,21 +30,16 @@ RESULTS = Path(__file__).parent / "results"
 YES_NO = re.compile(r"^(is|are|does|do|was|were|has|have|can|could|would|will|did)\b")
 
 
-def question_of(turn: str) -> str:
-    """A dataset turn's question: its last line up to the first "?" (a turn is question + answer)."""
-    return turn.split("?")[0].strip().split("\n")[-1].strip() + "?"
-
-
 def count(dataset: Path, openings: int = 15) -> dict:
     """The parse counts of every question in ``dataset`` (official format)."""
     oracle = CityOracle()
-    games = json.loads(dataset.read_text())
+    games = read_city_dialogues(dataset)
     kinds: collections.Counter = collections.Counter()
     invalid_openings: collections.Counter = collections.Counter()
     yes_no = 0
     for game in games:
-        for turn in game["conversation"]:
-            question = question_of(turn)
+        for transition in city_transitions(game):
+            question = transition["action"]
             canonical = canonical_question(question)
             yes_no += bool(YES_NO.match(canonical))
             parsed = oracle.parse(question)
