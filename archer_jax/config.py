@@ -82,7 +82,7 @@ RENAMED = {
 # dataclasses, the fields that are no keys); "" is the top level (the agents add theirs).
 # validate() constructs these for every run; the offline agents' Config holds the offline group.
 GROUPS = (("", (LoopConfig,), ()), ("model", (ModelConfig,), ()), ("model.lora", (LoRAKeys,), ()),
-          ("env", (EnvConfig,), ()), ("learner", (LearnerConfig, IQLConfig), ()), ("ppo", (PPOConfig,), ("temperature",)),
+          ("env", (EnvConfig,), ()), ("learner", (LearnerConfig, IQLConfig), ("distribution",)), ("ppo", (PPOConfig,), ()),
           ("sampling", (SamplingParams,), ("greedy", "stop_strings", "stop_at_eos")), ("sft", (SFTConfig,), ()),
           ("mesh", (MeshConfig,), ()), ("rollout", (RolloutConfig,), ()))
 AGENT_GROUPS = (("offline", (DatasetConfig,), ()),)

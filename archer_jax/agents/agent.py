@@ -28,6 +28,7 @@ from archer_jax.learners import bc, train_state
 from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.micro_batching import StepProgram
 from archer_jax.learners.train_state import States, TrainState
+from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.replay import ReplayBuffer
 
 if TYPE_CHECKING:  # only for type hints: the parts are built before the agent, from the config
@@ -92,6 +93,19 @@ def config_of(cls: type, run_config, groups: dict[str, str] | None = None) -> An
     return cls(**kwargs)
 
 
+def scoring_samples(config, run_config):
+    """``config`` with ``learner.distribution`` the rollouts' sampling distribution
+    (``config.sampling``'s temperature, top-k and top-p), unless its actor weighs a dataset's
+    actions (``Config.dataset_actions``): a policy gradient on the policy's own samples is unbiased
+    only under the distribution that drew them (``E_q[∇ log q] = 0``; not under the untempered model)."""
+    learner = getattr(config, "learner", None)
+    if learner is None or getattr(config, "dataset_actions", False):
+        return config
+    s = run_config.sampling
+    distribution = TokenDistribution(float(s.temperature), int(s.top_k), float(s.top_p))
+    return dataclasses.replace(config, learner=dataclasses.replace(learner, distribution=distribution))
+
+
 class Agent:
     """An algorithm on a run's parts. This base acts by sampling the policy, learns from a replay
     buffer of its own rollouts, and trains its actor with Adam at ``learner.actor_lr``."""
@@ -112,8 +126,8 @@ class Agent:
 
     @classmethod
     def config_of(cls, run_config):
-        """This agent's ``Config`` from a run's config (:func:`config_of`)."""
-        return config_of(cls.Config, run_config)
+        """This agent's ``Config`` from a run's config (:func:`config_of`), scoring what it samples."""
+        return scoring_samples(config_of(cls.Config, run_config), run_config)
 
     @classmethod
     def networks_for(cls, config) -> NetworkSpec:

@@ -34,6 +34,7 @@ from archer_jax.learners.micro_batching import StepProgram
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.ppo import PPOBatch, PPOConfig, ppo_step, token_stats
 from archer_jax.learners.train_state import States, TrainState
+from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import Tokens, next_power_of_two
 from archer_jax.parts_config import RolloutConfig
 from archer_jax.replay import ReplayBuffer
@@ -42,7 +43,7 @@ from archer_jax.replay import ReplayBuffer
 @dataclasses.dataclass(frozen=True)
 class Config(archer.Config):
     """ArCHer's keys (the utterance critic of ``archer_hierarchical``, the actor's learning rate),
-    and PPO's (``config.ppo``, with the sampling temperature the rollouts used)."""
+    and PPO's (``config.ppo``)."""
 
     agent: ClassVar[str] = "ppo"
 
@@ -94,19 +95,20 @@ def _in_chunks(fn, count: int, size: int) -> list[np.ndarray]:
     return [np.concatenate(parts)[:count] for parts in zip(*outs)]
 
 
-def compile_ppo_step(networks: Networks, tx, ppo: PPOConfig) -> StepProgram:
-    """PPO's step on a minibatch (:func:`archer_jax.learners.ppo.ppo_step`), compiled."""
-    return networks.compile_step(networks.traced(ppo_step, networks.actor_graphdef, tx, ppo),
+def compile_ppo_step(networks: Networks, tx, ppo: PPOConfig, distribution: TokenDistribution) -> StepProgram:
+    """PPO's step on a minibatch (:func:`archer_jax.learners.ppo.ppo_step`), its log-probs under
+    ``distribution`` (the rollouts'), compiled."""
+    return networks.compile_step(networks.traced(ppo_step, networks.actor_graphdef, tx, ppo, distribution),
                                  networks.actor_shardings(tx, ppo.kl_coef > 0),
                                  PPOBatch(networks.tokens_sharding(), networks.tokens_sharding(),
                                           *(networks.batch_sharding(2),) * 5))
 
 
-def compile_token_stats(networks: Networks, ppo: PPOConfig):
+def compile_token_stats(networks: Networks, distribution: TokenDistribution):
     """``(params, frozen, observation, action) -> (log-probs, values)`` per action token, jitted
-    (:func:`archer_jax.learners.ppo.token_stats`, under the rollouts' temperature)."""
+    (:func:`archer_jax.learners.ppo.token_stats`, under ``distribution``: the rollouts')."""
     replicated = shd.replicated(networks.mesh)
-    return jax.jit(networks.traced(token_stats, networks.actor_graphdef, ppo.temperature),
+    return jax.jit(networks.traced(token_stats, networks.actor_graphdef, distribution),
                    out_shardings=(replicated, replicated))
 
 
@@ -128,11 +130,6 @@ class PPO(archer.ArCHer):
     Config = Config
 
     @classmethod
-    def config_of(cls, run_config) -> Config:
-        config = config_of(Config, run_config)
-        return dataclasses.replace(config, ppo=dataclasses.replace(config.ppo, temperature=run_config.sampling.temperature))
-
-    @classmethod
     def networks_for(cls, config: Config) -> NetworkSpec:
         """The utterance critic for ``archer_hierarchical`` only; the actor's value head (or value
         model) for the estimators that read values."""
@@ -146,8 +143,8 @@ class PPO(archer.ArCHer):
         archer.Agent.__init__(self, parts, config)
         networks, ppo = self.networks, config.ppo
         self.actor_target = ppo.kl_coef > 0
-        self.ppo_step = compile_ppo_step(networks, self.actor_tx, ppo)
-        self._token_stats = compile_token_stats(networks, ppo)
+        self.ppo_step = compile_ppo_step(networks, self.actor_tx, ppo, config.learner.distribution)
+        self._token_stats = compile_token_stats(networks, config.learner.distribution)
         if networks.has_critic:
             self.critic_step = archer.critic_step(networks, self.critic_tx, config.learner)
             self._turn_values = compile_turn_values(networks, ppo)

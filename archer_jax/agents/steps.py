@@ -56,8 +56,8 @@ class Steps:
                                   actor_step=archer.actor_step(n, self.actor_tx, self.critic_tx, config, iql,
                                                                with_target=with_target))
         if ppo is not None:
-            self._programs["ppo_step"] = ppo_agent.compile_ppo_step(n, self.actor_tx, ppo)
-            self._token_stats = ppo_agent.compile_token_stats(n, ppo)
+            self._programs["ppo_step"] = ppo_agent.compile_ppo_step(n, self.actor_tx, ppo, config.distribution)
+            self._token_stats = ppo_agent.compile_token_stats(n, config.distribution)
             if critic is not None and ppo.estimator.needs_critic:
                 self._turn_q = ppo_agent.compile_turn_values(n, dataclasses.replace(ppo, critic_baseline=False))
                 self._turn_advantage = ppo_agent.compile_turn_values(n, dataclasses.replace(ppo, critic_baseline=True))

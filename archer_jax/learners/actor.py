@@ -14,6 +14,7 @@ from flax import nnx
 
 from archer_jax.models.tokenizer import Tokens
 from archer_jax.models.layers import DType, annotated
+from archer_jax.models.token_distribution import TokenDistribution, token_logprobs
 
 Array = jax.Array
 
@@ -38,17 +39,14 @@ def action_hidden(model: nnx.Module, observation: Tokens, action: Tokens) -> Arr
 
 
 def action_logprobs(policy: nnx.Module, observation: Tokens, action: Tokens,
-                    temperature: float = 1.0) -> tuple[Array, Array]:
-    """Per-token ``log π(a_t | s, a_<t)`` (``[batch, action_len]``, 0 at padding) and the final
-    hidden states that predicted each action token (``[batch, action_len, embed]``);
-    ``temperature``: of the distribution ``softmax(logits / temperature)`` (PPO's ratios are taken
-    under the distribution the rollouts were sampled from)."""
+                    distribution: TokenDistribution = TokenDistribution()) -> tuple[Array, Array]:
+    """Per-token ``log q(a_t | s, a_<t)`` (``[batch, action_len]``, 0 at padding) and the final
+    hidden states that predicted each action token (``[batch, action_len, embed]``); ``q`` is the
+    policy's logits under ``distribution`` (temperature, top-k, top-p: the one the actions were
+    sampled from, :func:`archer_jax.models.token_distribution.token_logprobs`)."""
     hidden = action_hidden(policy, observation, action)
-    logits = policy.lm_logits(hidden)
-    if temperature != 1.0:
-        logits = logits.astype(jnp.float32) / temperature
-    logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), action.ids[..., None].astype(jnp.int32), -1)
-    return logprobs[..., 0] * action.mask, hidden
+    logprobs = token_logprobs(policy.lm_logits(hidden), action.ids, distribution)
+    return logprobs * action.mask, hidden
 
 
 class TokenBaseline(nnx.Module):
@@ -99,9 +97,10 @@ class Actor(nnx.Module):
             self.baseline = (TokenBaseline(policy.config.hidden_size, detach=not baseline_gradient, rngs=rngs)
                              if token_baseline else None)
 
-    def __call__(self, observation: Tokens, action: Tokens, temperature: float = 1.0) -> tuple[Array, Array | None]:
-        """Per-token action log-probs (at ``temperature``) and, with a value head, ``b_t`` per action token."""
-        logprobs, hidden = action_logprobs(self.policy, observation, action, temperature)
+    def __call__(self, observation: Tokens, action: Tokens,
+                 distribution: TokenDistribution = TokenDistribution()) -> tuple[Array, Array | None]:
+        """Per-token action log-probs (under ``distribution``) and, with a value head, ``b_t`` per action token."""
+        logprobs, hidden = action_logprobs(self.policy, observation, action, distribution)
         if isinstance(self.baseline, ValueModel):
             return logprobs, self.baseline(observation, action)
         return logprobs, None if self.baseline is None else self.baseline(hidden)

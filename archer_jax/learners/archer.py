@@ -4,7 +4,8 @@
              L = Σ_i MSE(Q_i(s, a), y_i) + Σ_i MSE(V_i(s), Q̄_i(s, a_π)),   a_π ~ π(·|s) fresh
              θ ← Adam(∇L);  θ̄ ← (1 - τ) θ̄ + τ θ
     actor:   A = min_i Q_i(s, a_π) - min_i V_i(s)             online critic, no gradient
-             L = -mean(A · Σ_t log π(a_π,t | s, a_π,<t))      (or another registered actor loss)
+             L = -mean(A · Σ_t log q(a_π,t | s, a_π,<t))      (or another registered actor loss)
+             q: π's distribution that a_π was sampled from (temperature, top-k, top-p)
 
 Batches carry a leading micro-batch axis; the gradients are averaged over it. CHAI trains its
 critic with the same :func:`critic_step`. :class:`archer_jax.learners.Learner` jits these with
@@ -27,6 +28,7 @@ from archer_jax.learners.batches import ActorBatch, CriticBatch
 from archer_jax.learners.critic import CriticValues
 from archer_jax.learners.optimization import accumulate_gradients, adam_update, keep_if_finite, polyak, summarize
 from archer_jax.learners.train_state import TrainState, merged
+from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import Tokens
 
 Array = jax.Array
@@ -114,11 +116,14 @@ def actor_step(
     *,
     micro_batches: int = 1,
     loss_options: tuple[tuple[str, float], ...] = (),
+    distribution: TokenDistribution = TokenDistribution(),
 ) -> tuple[TrainState, dict[str, Array]]:
     """One actor step on the advantage of the batch's action (ArCHer: a fresh ``a_π``; offline
     ArCHer: the dataset's) under the online critic (unchanged here), with the registered actor loss
     ``loss_name`` and its ``loss_options`` (``(name, value)`` pairs), over ``micro_batches``
-    scanned micro-batches."""
+    scanned micro-batches. Log-probs are taken under ``distribution``: the one the actions were
+    sampled from (a policy gradient on samples of ``q`` scored under another distribution moves
+    the policy even where the advantage is constant)."""
     critic = nnx.merge(critic_graphdef, critic_params)
     actor_loss = actor_losses.get_actor_loss(loss_name)
     options = dict(loss_options)
@@ -128,7 +133,7 @@ def actor_step(
 
     def loss_fn(params: nnx.State, b: ActorBatch):
         adv = advantage(critic(b.critic_observation, b.critic_action))  # min Q(s, a_π) - min V(s)
-        token_logprobs, baseline = merged(graphdef, params, state.frozen, state.step)(b.observation, b.action)
+        token_logprobs, baseline = merged(graphdef, params, state.frozen, state.step)(b.observation, b.action, distribution)
         mask = b.action.mask.astype(jnp.float32)
         return actor_loss(actor_losses.PolicyTerms(adv, token_logprobs, mask, baseline, token_count), **options)
 

@@ -16,6 +16,7 @@ import math
 
 from archer_jax.learners import actor_losses
 from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
+from archer_jax.models.token_distribution import TokenDistribution
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,10 @@ class LearnerConfig:
     # number that cuts every step's batch evenly (8 = the official layout). Only memory and
     # speed depend on it, not the update.
     micro_batch_size: int | str = AUTO
+    # Not a key: the distribution the actor's actions were sampled from (config.sampling's
+    # temperature, top-k, top-p, set by the agents whose actor scores its own samples), under which
+    # every policy-gradient learner takes its log-probs. The model's own by default.
+    distribution: TokenDistribution = TokenDistribution()
 
     def __post_init__(self):
         try:

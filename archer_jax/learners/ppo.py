@@ -8,7 +8,9 @@ r"""Token-level PPO (Schulman et al. 2017) for multi-turn dialogues: its losses 
 
 ``A_t`` and ``R_t`` come from an estimator of :mod:`archer_jax.learners.ppo_estimators`; ``π_old``
 and ``V_old`` from one pass over the iteration's rollouts before its first PPO step; ``π_ref`` is
-the policy the run started RL from (after SFT), held as the actor state's ``target``. Token means
+the policy the run started RL from (after SFT), held as the actor state's ``target``. Every π is
+the policy's distribution that the rollouts were sampled from (temperature, top-k, top-p:
+``LearnerConfig.distribution``), not its untempered logits. Token means
 run over the step's action tokens, whatever its micro-batch layout. The loop around the step
 (rollout, estimator, epochs of minibatches) is :mod:`archer_jax.agents.ppo`.
 """
@@ -27,6 +29,7 @@ from flax import nnx
 from archer_jax.learners import ppo_estimators
 from archer_jax.learners.optimization import accumulate_gradients, adam_update, keep_if_finite, summarize
 from archer_jax.learners.train_state import TrainState, merged
+from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import Tokens
 
 Array = jax.Array
@@ -59,9 +62,6 @@ class PPOConfig:
     value_head: str = "separate"
     # archer_hierarchical: the turn level is Q(s, a) - V(s) of the critic, not Q(s, a) (ppo_estimators.archer_hierarchical)
     critic_baseline: bool = False
-    # The rollouts' sampling temperature (config.sampling.temperature, set by the run): log-probs
-    # and ratios are taken under softmax(logits / temperature), the distribution sampled from.
-    temperature: float = 1.0
 
     def __post_init__(self):
         """Raises ValueError naming the key (``config.ppo.<key>`` in a run's config)."""
@@ -151,14 +151,16 @@ def ppo_loss(logprobs: Array, values: Array | None, batch: PPOBatch, mask: Array
     return loss, aux
 
 
-def ppo_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: PPOConfig, state: TrainState,
-             batch: PPOBatch, *, micro_batches: int = 1) -> tuple[TrainState, dict[str, Array]]:
-    """One PPO optimizer step on a minibatch, over ``micro_batches`` scanned micro-batches. The
-    actor state's ``target`` (the reference policy, if any) is carried unchanged."""
+def ppo_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: PPOConfig,
+             distribution: TokenDistribution, state: TrainState, batch: PPOBatch, *,
+             micro_batches: int = 1) -> tuple[TrainState, dict[str, Array]]:
+    """One PPO optimizer step on a minibatch, over ``micro_batches`` scanned micro-batches, its
+    log-probs under ``distribution`` (the rollouts' sampling distribution). The actor state's
+    ``target`` (the reference policy, if any) is carried unchanged."""
     token_count = jnp.maximum(jnp.sum(batch.action.mask).astype(jnp.float32), 1.0) / micro_batches
 
     def loss_fn(params: nnx.State, b: PPOBatch):
-        logprobs, values = merged(graphdef, params, state.frozen, state.step)(b.observation, b.action, config.temperature)
+        logprobs, values = merged(graphdef, params, state.frozen, state.step)(b.observation, b.action, distribution)
         mask = b.action.mask.astype(jnp.float32)
         return ppo_loss(logprobs, values, b, mask, config, token_count)
 
@@ -172,10 +174,10 @@ def ppo_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: P
     return state, metrics
 
 
-def token_stats(graphdef: nnx.GraphDef, temperature: float, params: nnx.State, frozen: nnx.State | None,
-                observation: Tokens, action: Tokens) -> tuple[Array, Array]:
-    """Per-token log-probs (at ``temperature``) and values (zeros without a value head) of the
+def token_stats(graphdef: nnx.GraphDef, distribution: TokenDistribution, params: nnx.State,
+                frozen: nnx.State | None, observation: Tokens, action: Tokens) -> tuple[Array, Array]:
+    """Per-token log-probs (under ``distribution``) and values (zeros without a value head) of the
     actor with ``params``: the rollout pass before an iteration's first PPO step (and the
     reference's log-probs)."""
-    logprobs, values = merged(graphdef, params, frozen)(observation, action, temperature)
+    logprobs, values = merged(graphdef, params, frozen)(observation, action, distribution)
     return logprobs, jnp.zeros_like(logprobs) if values is None else values

@@ -39,7 +39,9 @@ from jax.sharding import Mesh, NamedSharding
 from archer_jax import sharding as shd
 from archer_jax.learners.programs import abstract, is_abstract
 from archer_jax.models.attention import KVCache
+from archer_jax.models import token_distribution
 from archer_jax.models.causal_lm import CausalLMConfig, init_cache
+from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import bucket_length, next_power_of_two
 from archer_jax.precision import program_name, traced_with
 from archer_jax.xla_flags import decode_compiler_options
@@ -78,6 +80,11 @@ class SamplingParams:
         if any(not s for s in self.stop_strings):
             raise ValueError(f"stop_strings may not contain an empty string: {self.stop_strings!r}")
 
+    @property
+    def distribution(self) -> TokenDistribution:
+        """What a sampled token is drawn from (temperature, top-k, top-p): what learners score it under."""
+        return TokenDistribution(self.temperature, self.top_k, self.top_p)
+
 
 class SampledTokens(NamedTuple):
     """Device-side result of :meth:`Decoder.generate_tokens`, rows of the padded batch."""
@@ -103,49 +110,10 @@ class DecodeState(NamedTuple):
     greedy: Array  # () bool: argmax instead of sampling (a run-time flag: one program serves both)
 
 
-_BISECTION_STEPS = 40  # halvings of the logit range: far below float32 spacing
-
-
-def _threshold(x: Array, keep_above: Callable[[Array], Array]) -> Array:
-    """The largest ``t`` (per row, ``[..., 1]``) with ``keep_above(t)`` true, by bisection over the
-    row's finite logit range. ``keep_above`` must be true at the row minimum and monotone.
-
-    Sorting a 50k vocabulary per step is slow on CPUs (and ``lax.top_k`` sorts there); a fixed
-    number of masked reductions costs about the same everywhere.
-    """
-    finite = jnp.isfinite(x)
-    lo = jnp.min(jnp.where(finite, x, jnp.inf), axis=-1, keepdims=True)
-    hi = jnp.max(x, axis=-1, keepdims=True)
-    hi = hi + jnp.maximum(jnp.abs(hi), 1.0) * 1e-6  # keep_above(hi) is false: nothing above hi
-
-    def halve(_, bounds):
-        lo, hi = bounds
-        mid = 0.5 * (lo + hi)
-        ok = keep_above(mid)
-        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
-
-    lo, _ = jax.lax.fori_loop(0, _BISECTION_STEPS, halve, (lo, hi))
-    return lo
-
-
 def filter_logits(logits: Array, sampling: SamplingParams) -> Array:
-    """``logits / temperature`` with everything outside top-k / top-p set to ``-inf``.
-
-    Top-k keeps the tokens at or above the k-th largest logit; top-p then keeps the smallest set
-    of most likely tokens whose probability reaches ``top_p``. Ties at a boundary are kept, so
-    a filter may keep slightly more tokens.
-    """
-    x = logits.astype(jnp.float32) / sampling.temperature
-    if sampling.top_k and sampling.top_k < x.shape[-1]:
-        k = sampling.top_k
-        kth = _threshold(x, lambda t: jnp.sum(x >= t, axis=-1, keepdims=True) >= k)
-        x = jnp.where(x >= kth, x, -jnp.inf)
-    if sampling.top_p < 1.0:
-        probs = jax.nn.softmax(x, axis=-1)
-        top_p = sampling.top_p
-        cut = _threshold(x, lambda t: jnp.sum(jnp.where(x >= t, probs, 0.0), axis=-1, keepdims=True) >= top_p)
-        x = jnp.where(x >= cut, x, -jnp.inf)
-    return x
+    """``logits / temperature`` with everything outside top-k / top-p set to ``-inf``
+    (:func:`archer_jax.models.token_distribution.filter_logits` of ``sampling.distribution``)."""
+    return token_distribution.filter_logits(logits, sampling.distribution)
 
 
 def row_uniforms(key: Array, row_ids: Array | int, steps: int) -> Array:

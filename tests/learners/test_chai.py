@@ -36,6 +36,24 @@ def test_actor_batch_from_the_sampler_reproduces_its_logprobs(tiny_dirs, tokeniz
     assert decoded == generation.texts
 
 
+def test_the_actor_scores_the_sampled_tokens_under_the_sampled_distribution(tiny_dirs, tokenizers, sampler):
+    """At temperature 0.7 and top_p 0.9 the actor's log-probs of a_π (under the sampling
+    distribution, the nucleus renormalised) are the sampler's own ``sample_logprobs`` (< 1e-4), and
+    differ from the untempered model's."""
+    sampling = SamplingParams(max_new_tokens=8, temperature=0.7, top_p=0.9)
+    observations = OBSERVATIONS * 2
+    batch, generation = acting.sampled_actor_batch(
+        sampler, tokenizers[1], token_rows(tokenizers[0], observations, max_length=sampler.prompt_limit(sampling)),
+        token_rows(tokenizers[1], observations, max_length=512), jax.random.key(5), sampling,
+    )
+    policy = models.load_gpt2(tiny_dirs[0])
+    device = lambda t: learners.Tokens(*map(jnp.asarray, t))  # noqa: E731
+    scored, _ = learners.action_logprobs(policy, device(batch.observation), device(batch.action), sampling.distribution)
+    np.testing.assert_allclose(np.asarray(scored), generation.sample_logprobs, atol=1e-4)
+    model, _ = learners.action_logprobs(policy, device(batch.observation), device(batch.action))
+    assert np.abs(np.asarray(model) - generation.sample_logprobs).max() > 0.1
+
+
 def test_chai_acts_with_the_best_pessimistic_target_q(tiny_dirs, tokenizers, sampler):
     _, critic = make_modules(tiny_dirs, seed=3)
     graphdef, params = learners.split_params(critic)

@@ -13,6 +13,7 @@ from archer_jax import models
 from archer_jax.learners import Actor, LearnerConfig, ppo
 from archer_jax.learners.optimization import summarize
 from archer_jax.agents.steps import Steps
+from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import Tokens
 
 
@@ -189,24 +190,43 @@ def test_trimmed_cuts_left_padding_to_the_longest_rows_bucket():
     assert trimmed(Tokens(ids[1:], mask[1:])).ids.shape == (1, 16)  # never below the shortest bucket
 
 
-def test_log_probs_are_taken_at_the_sampling_temperature(tiny_dirs):
-    """PPO's ratios are under the distribution the rollouts came from: softmax(logits / T)."""
+def nucleus_logprobs(logits: np.ndarray, ids: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
+    """NumPy: ``log q(ids)`` for ``softmax(logits / T)`` cut to the smallest most likely set whose
+    mass reaches ``top_p`` (ties at the boundary kept), renormalised; a token outside that set is
+    scored as if it were inside it."""
+    x = logits.astype(np.float64) / temperature
+    p = np.exp(x - x.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    out = np.zeros(ids.shape)
+    for index in np.ndindex(ids.shape):
+        row, token = p[index], ids[index]
+        order = np.argsort(-row)
+        last = np.searchsorted(np.cumsum(row[order]), top_p * (1 - 1e-9))  # the first index reaching top_p
+        kept = row >= row[order[min(last, len(row) - 1)]] if top_p < 1 else np.ones(len(row), bool)
+        kept[token] = True
+        out[index] = np.log(row[token]) - np.log(row[kept].sum())
+    return out
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+def test_log_probs_are_taken_under_the_sampling_distribution(tiny_dirs, top_p):
+    """PPO's ratios are under the distribution the rollouts came from: softmax(logits / T), cut
+    to the nucleus and renormalised (a NumPy re-derivation)."""
     from archer_jax.learners.actor import action_hidden
 
     policy = models.load_gpt2(tiny_dirs[0])
     actor = Actor(policy, token_baseline=True, rngs=nnx.Rngs(0))
-    learner = Steps(actor, None, LearnerConfig(), ppo=ppo.PPOConfig(temperature=0.7), matmul_precision="highest")
+    distribution = TokenDistribution(temperature=0.7, top_p=top_p)
+    learner = Steps(actor, None, LearnerConfig(distribution=distribution), ppo=ppo.PPOConfig(),
+                    matmul_precision="highest")
     state = learner.init_actor()
     rng = np.random.default_rng(2)
     obs = Tokens(rng.integers(1, 100, (2, 16)).astype(np.int32), np.ones((2, 16), np.int32))
     act = Tokens(rng.integers(1, 100, (2, 8)).astype(np.int32), np.ones((2, 8), np.int32))
     logprobs, _ = learner.token_stats(state, obs, act)
     with jax.default_matmul_precision("highest"):
-        logits = np.asarray(policy.lm_logits(action_hidden(policy, obs, act)), np.float64) / 0.7
-    logits -= logits.max(-1, keepdims=True)
-    want = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    want = np.take_along_axis(want, act.ids[..., None], -1)[..., 0]
-    np.testing.assert_allclose(logprobs, want, rtol=1e-4, atol=1e-4)
+        logits = np.asarray(policy.lm_logits(action_hidden(policy, obs, act)))
+    np.testing.assert_allclose(logprobs, nucleus_logprobs(logits, act.ids, 0.7, top_p), rtol=1e-4, atol=1e-4)
 
 
 def test_the_critic_baseline_is_the_critics_own_advantage(tiny_dirs, tokenizers):
