@@ -53,7 +53,8 @@ KEY_DOCS: dict[str, str] = {
     "env.name": "the env: a name in archer_jax.envs.registry, or package.module:factory",
     "env.options": "extra keyword arguments for the env: --config.env.options.oracle=t5:DIR, or a dict "
                    "--config.env.options='{\"oracle\": \"t5:DIR\"}' (detective: game_path)",
-    "env.max_turns": "turn limit per dialogue (a cut there is a truncation, not an end)",
+    "env.max_turns": "turn limit per dialogue (what reaching it is: env.turn_limit)",
+    "env.turn_limit": "game (the env says: every env here ends the game there, the last transition terminal) | end | cut (bootstrap)",
     "env.workers": "env worker processes (0 = in this process)",
     "env.timeout_s": "seconds of silence after which an env worker is restarted",
     "rollout.staleness": "0 = collect, then learn; 1 = collect iteration k+1's dialogues (with the policy after k-1) while k learns",

@@ -73,10 +73,11 @@ class InputPipeline:
 
     def transitions(self, episodes: Sequence[Episode], first_episode: int) -> dict[str, list]:
         """The replay columns of ``episodes`` (numbered from ``first_episode``): texts, rewards,
-        terminals, episode numbers and returns, the staleness of the policy that played them, and
-        the token rows the learners need."""
+        terminals, where the turn limit ended a dialogue (``at_limit``: 1 on its last transition,
+        whose ``terminal`` says whether the limit ended the game or cut it), episode numbers and
+        returns, the staleness of the policy that played them, and the token rows the learners need."""
         rows: dict[str, list] = {k: [] for k in ("observation", "action", "next_observation", "reward", "terminal",
-                                                  "episode", "episode_return", "staleness")}
+                                                  "at_limit", "episode", "episode_return", "staleness")}
         for number, episode in enumerate(episodes, first_episode):
             n = len(episode)
             rows["observation"] += episode.observations
@@ -84,6 +85,7 @@ class InputPipeline:
             rows["next_observation"] += episode.next_observations
             rows["reward"] += episode.rewards
             rows["terminal"] += [float(t) for t in episode.terminals]
+            rows["at_limit"] += [0.0] * (n - 1) + [float(episode.at_limit)] if n else []
             rows["episode"] += [number] * n
             rows["episode_return"] += [episode.total_return] * n
             rows["staleness"] += [episode.staleness] * n

@@ -139,12 +139,21 @@ class EnvConfig:
 
     name: str = "twenty_questions"  # a name in archer_jax.envs.registry (or "package.module:factory")
     max_turns: int = 20
+    # What reaching the turn limit is: "game" (the env's rule: every env here ends its games there,
+    # as the official code does; its last transition is terminal), "end" (terminal, whatever the env
+    # says; also a cut at max_turns of an env with no limit of its own) or "cut" (the game would go
+    # on: the TD target bootstraps from V(s')). A crashed worker's episode is always a cut.
+    turn_limit: str = "game"
     workers: int = 0  # worker processes for the env pool; 0 = in-process
     timeout_s: float = 120.0  # a worker silent this long is restarted
 
     def __post_init__(self):
+        _choice(self, "turn_limit", TURN_LIMITS)
         _at_least(self, "max_turns", "timeout_s")
         _at_least(self, "workers", zero=True)
+
+
+TURN_LIMITS = ("game", "end", "cut")
 
 
 STALENESS = (0, 1)

@@ -52,9 +52,10 @@ class Episode:
     actions: list[str] = dataclasses.field(default_factory=list)
     rewards: list[float] = dataclasses.field(default_factory=list)
     next_observations: list[str] = dataclasses.field(default_factory=list)
-    terminals: list[bool] = dataclasses.field(default_factory=list)  # a true end (not a time limit)
+    terminals: list[bool] = dataclasses.field(default_factory=list)  # the game ended (no bootstrap)
     success: bool = False
-    truncated: bool = False  # ended by a turn limit, a worker restart, or max_turns here
+    truncated: bool = False  # cut where the game goes on: a worker restart, a limit that only cuts
+    at_limit: bool = False  # ended by the turn limit (the env's, or max_turns here)
     invalid: int = 0  # actions the env answered as invalid
     # Env worker restarts while its batch was played (EnvPool.restarts): each batch charges them
     # to its first episode, so summing over episodes (hosts' batches included) counts restarts.
@@ -80,6 +81,7 @@ def play(
     split: str = "train",
     to_env: Callable[[str], str] | None = None,
     slots: int = 0,
+    turn_limit: str = "game",
 ) -> list[Episode]:
     """Plays one episode of each of ``seeds`` on ``split``'s tasks ("train", or "eval" for
     evaluations: see :mod:`archer_jax.envs.base`), in the order of ``seeds``.
@@ -93,6 +95,11 @@ def play(
     Envs end their own episodes; any still running after ``max_turns`` turns is cut there as
     truncated, as is one whose action is None. ``to_env`` maps an utterance to the action the env
     receives (e.g. the question in a JSON answer); the episode keeps the utterance itself.
+
+    ``turn_limit`` says what an episode that reached the turn limit (``info.at_limit``, or the cut at
+    ``max_turns``) is: ``"game"`` the env's word (its ``info.truncated``; the cut at ``max_turns`` a
+    truncation), ``"end"`` terminal, ``"cut"`` truncated (``config.env.turn_limit``). A worker
+    restart's episode is truncated whatever it says.
     """
     n = len(seeds)
     width = n if not slots or slots >= n else slots
@@ -130,14 +137,17 @@ def play(
             episode.actions.append(action)
             episode.rewards.append(float(result.reward))
             episode.next_observations.append(result.observation)
-            episode.terminals.append(bool(result.terminal))
             episode.invalid += bool(result.info.invalid)
             observations[i] = result.observation
-            if result.done:
-                episode.success, episode.truncated = bool(result.info.success), bool(result.info.truncated)
-                ended.append(i)
-            elif turn[i] == max_turns:  # cut at the turn limit
-                episode.truncated = True
+            truncated, at_limit = bool(result.info.truncated), bool(result.info.at_limit)
+            if not result.done and turn[i] == max_turns:  # cut at the turn limit here
+                truncated, at_limit = True, True
+            if at_limit and turn_limit != "game" and not result.info.extra.get("worker_restarted"):
+                truncated = turn_limit == "cut"
+            episode.terminals.append((result.done or at_limit) and not truncated)
+            if result.done or at_limit:
+                episode.success, episode.truncated = bool(result.info.success), truncated
+                episode.at_limit = at_limit
                 ended.append(i)
         rounds += 1
         if lockstep:
@@ -201,7 +211,7 @@ def _play(parts: Parts, act: AgentAct, states: States, seeds: Sequence[int], key
 
         mine = play(parts.pool, turn_act, [seeds[i] for i in share], max_turns=max_turns,
                     progress=progress, split=split, to_env=parts.pipeline.prompter.env_action,
-                    slots=slots) if len(share) else []
+                    slots=slots, turn_limit=parts.config.env.turn_limit) if len(share) else []
     return concat_gathered(mine)
 
 
@@ -279,8 +289,9 @@ def evaluate(parts: Parts, act: AgentAct, states: States, sampled: bool = False)
 def store(parts: Parts, replay: ReplayBuffer, episodes: Sequence[Episode], first_episode: int) -> int:
     """Adds the episodes' transitions (texts and token rows) to ``replay``; returns how many."""
     rows = parts.pipeline.transitions(episodes, first_episode)
-    if rows and replay.kinds and "staleness" not in replay.kinds:  # a buffer saved before the column existed
-        replay.add_column("staleness", 0)
+    for column in ("staleness", "at_limit"):
+        if rows and replay.kinds and column not in replay.kinds:  # a buffer saved before the column existed
+            replay.add_column(column, 0)
     if rows:
         replay.add(**rows)
     return len(rows.get("observation", ()))

@@ -88,3 +88,20 @@ def test_continuous_batching_refills_slots_and_plays_the_same_dialogues():
     with EnvPool(functools.partial(TwentyQuestionsSubset), num_envs=2) as pool:
         with pytest.raises(ValueError, match=r"3 episodes need 3 envs; the pool has 2 \(rollout.slots=3 plays 3 at once\)"):
             rollout.play(pool, act([]), seeds=seeds, max_turns=3, slots=3)
+
+
+@pytest.mark.parametrize("turn_limit, env_turns, terminal", [
+    ("game", 4, True),  # the game's own limit: it ends there (Twenty Questions shows every turn)
+    ("cut", 4, False),  # configured a cut: the game would go on, the TD target bootstraps
+    ("end", 20, True),  # the loop's cut at max_turns, configured to end the game
+    ("game", 20, False),  # the loop's cut below the game's own limit: a truncation
+])
+def test_what_the_turn_limit_is_follows_the_game_and_the_config(turn_limit, env_turns, terminal):
+    """A dialogue that reaches the turn limit ends with ``at_limit``; its last transition is
+    terminal where the limit ends the game, else the episode is a truncation."""
+    with EnvPool(functools.partial(TwentyQuestionsSubset, max_turns=env_turns), num_envs=2) as pool:
+        episodes = rollout.play(pool, lambda obs, turn, games: ["Is it alive?"] * len(obs), seeds=[1, 2],
+                                max_turns=4, turn_limit=turn_limit)
+    for e in episodes:
+        assert len(e) == 4 and e.at_limit and not e.success
+        assert e.terminals == [False, False, False, terminal] and e.truncated == (not terminal)

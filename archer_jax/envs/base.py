@@ -4,9 +4,14 @@
     result = env.step("Is it an animal?")
     result.observation, result.reward, result.done, result.info
 
-``info`` tells the three ways a turn can end apart: ``success`` (the task was solved),
-``truncated`` (the turn limit was reached without a true terminal state: learners bootstrap
-from it), and ``invalid`` (the action was not understood; the episode goes on).
+``info`` tells the ways a turn can end apart: ``success`` (the task was solved), ``at_limit``
+(the env's own turn limit ended the episode), ``truncated`` (the episode was cut where the game
+goes on: learners bootstrap from it), and ``invalid`` (the action was not understood; the episode
+goes on). Whether a turn limit ends the game is the env's rule: where the observation shows every
+turn (Twenty Questions, Guess My City) the game ends there and its last transition is terminal
+(``at_limit`` and not ``truncated``); an env whose limit only cuts a rollout reports ``at_limit``
+and ``truncated``. Every env here ends its games at its limit, as the official ArCHer code does;
+``config.env.turn_limit`` overrides the rule for a run (:func:`archer_jax.rollout.play`).
 
 The contract (every env here keeps it, and :class:`archer_jax.envs.pool.EnvPool` enforces the
 parts marked *pool* for any env, your own ``package.module:factory`` ones included):
@@ -42,8 +47,9 @@ SPLITS = ("train", "eval")
 @dataclasses.dataclass(frozen=True)
 class StepInfo:
     success: bool = False
-    truncated: bool = False
+    truncated: bool = False  # cut where the game goes on (a worker restart, a limit that only cuts): bootstrap
     invalid: bool = False
+    at_limit: bool = False  # the env's own turn limit ended the episode (terminal unless truncated)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # env-specific facts (e.g. score)
 
 
@@ -55,7 +61,7 @@ class StepResult(NamedTuple):
 
     @property
     def terminal(self) -> bool:
-        """A true end of the episode: done, and not cut by the turn limit (the learners' flag)."""
+        """A true end of the episode: done, and not cut where the game goes on (the learners' flag)."""
         return self.done and not self.info.truncated
 
 

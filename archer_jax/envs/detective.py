@@ -216,7 +216,7 @@ class Detective:
         max_score = game.get_max_score()
         info = StepInfo(
             success=won or (max_score > 0 and score >= max_score),
-            truncated=self._done and not ended,
+            at_limit=self._done and not ended,  # the official code ends the game at its step limit too
             invalid=invalid,
             extra={
                 "score": score,

@@ -2,7 +2,7 @@
 
 Rules (docs/algorithms.md, section 12) as in Twenty Questions — observation ``"Questions:\\n"`` plus one
 ``"<question> <answer>\\n"`` line per turn, reward -1 per turn and 0 on the winning turn, 20
-turns then a truncation — except the win: the city's name (or an alias, e.g. Mumbai / Bombay)
+turns and the game is over (a terminal state) — except the win: the city's name (or an alias, e.g. Mumbai / Bombay)
 appears in the question, as whole words. The embedded oracle never says a city's name: it
 answers ``Yes.``, ``No.`` or ``Invalid Question.``.
 

@@ -2,8 +2,10 @@
 
 The observation starts as ``"Questions:\\n"`` and each turn appends ``"<question> <answer>\\n"``
 (the question kept on one line, at most 500 characters). Reward is -1 per turn and 0 on the
-winning turn; after ``max_turns`` turns without a win the episode is cut (``info.truncated``),
-which is not a terminal state. Subclasses pick the secret and say what wins. A step before
+winning turn; after ``max_turns`` turns without a win the game is over (``info.at_limit``): the
+observation shows every turn, so the limit is part of the game's state and its last transition is
+terminal (as in the official code; ``limit_ends_game = False`` would make it a cut, ``info.truncated``).
+Subclasses pick the secret and say what wins. A step before
 ``reset()`` or after the episode ended raises :class:`~archer_jax.envs.base.EnvError` (the
 contract of :mod:`archer_jax.envs.base`).
 """
@@ -78,6 +80,7 @@ class QuestionGame:
     """One game of questions about a hidden secret (anything with a ``name``)."""
 
     secret_key = "secret"  # the key of the secret's name in ``info.extra``
+    limit_ends_game = True  # the turn limit is a rule of the game (visible in the dialogue), not a cut
 
     def __init__(self, oracle: Oracle, max_turns: int = MAX_TURNS):
         self.oracle = oracle
@@ -131,10 +134,11 @@ class QuestionGame:
         """The step of ``question`` (from :meth:`ask`) once the oracle said ``answer``."""
         self.turn += 1
         won = self.wins(question, answer)
-        truncated = not won and self.turn >= self.max_turns
-        self.done = won or truncated
+        at_limit = not won and self.turn >= self.max_turns
+        self.done = won or at_limit
         self.history += f"{question} {answer}\n"
         info = StepInfo(
-            success=won, truncated=truncated, invalid=answer == INVALID, extra={self.secret_key: self.secret.name}
+            success=won, truncated=at_limit and not self.limit_ends_game, invalid=answer == INVALID,
+            at_limit=at_limit, extra={self.secret_key: self.secret.name},
         )
         return StepResult(self.history, 0.0 if won else -1.0, self.done, info)

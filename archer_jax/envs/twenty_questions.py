@@ -3,8 +3,8 @@
 Rules (docs/algorithms.md, section 12): the observation starts as ``"Questions:\\n"`` and each turn appends
 ``"<question> <answer>\\n"``. Reward is -1 per turn and 0 on the winning turn; the agent wins
 when the answer is yes and its question ends with one of the object's names (trailing
-punctuation cut; names may be several words, e.g. "soccer ball"). After 20 turns the episode is
-cut (``info.truncated``), which is not a terminal state.
+punctuation cut; names may be several words, e.g. "soccer ball"). After 20 turns without a win
+the game is over (``info.at_limit``, a terminal state: the dialogue shows every turn).
 
 The embedded oracle answers from ``data/twenty_questions.csv`` (one row per object: official
 ``;``-separated names, category, yes/no attributes) with the grammar below; anything else is

@@ -15,7 +15,7 @@ Actions: ``search[query]`` (on a page with the search box) and ``click[name]`` f
 a product (its ASIN) or an option value shown on the page; names match case-insensitively.
 Anything else is answered with the same page, reward 0 and ``info.invalid``. "Buy Now" ends the
 episode with the reward of the done page; the ``max_steps``-th step without a purchase ends it
-with ``info.truncated``. A step before ``reset()`` or after the episode ended raises
+with ``info.at_limit``, a terminal state (as the official code's time-out). A step before ``reset()`` or after the episode ended raises
 :class:`~archer_jax.envs.base.EnvError` (the contract of :mod:`archer_jax.envs.base`).
 
 Observation (the text form of WebShop's ``text_rich`` mode):
@@ -194,10 +194,10 @@ class WebShop:
         return self._finish(invalid=True, reason=reason, **kw)
 
     def _finish(self, invalid: bool, **kw: Any) -> StepResult:
-        truncated = self._steps >= self.max_steps
-        self._done = truncated
-        info = StepInfo(truncated=truncated, invalid=invalid, extra=self._extra(**kw))
-        return StepResult(self._observation, 0.0, truncated, info)
+        at_limit = self._steps >= self.max_steps
+        self._done = at_limit
+        info = StepInfo(invalid=invalid, at_limit=at_limit, extra=self._extra(**kw))
+        return StepResult(self._observation, 0.0, at_limit, info)
 
 
 def has_goal(client: WebShopClient, goal: int) -> bool:

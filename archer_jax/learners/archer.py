@@ -37,7 +37,9 @@ Array = jax.Array
 def td_targets(
     reward: Array, terminal: Array, next_v1: Array, next_v2: Array, gamma: float
 ) -> tuple[Array, Array]:
-    """``r + γ (1 - terminal) V̄_i(s')``: a time-limit truncation (terminal = 0) still bootstraps."""
+    """``r + γ (1 - terminal) V̄_i(s')``: ``r`` alone where the game ended (a win, or a turn limit that
+    ends the game); a cut where the game goes on (terminal = 0: a crashed worker, a limit that only
+    cuts) bootstraps."""
     keep = gamma * (1.0 - terminal.astype(jnp.float32))
     return reward + keep * next_v1, reward + keep * next_v2
 

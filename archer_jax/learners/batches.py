@@ -31,7 +31,7 @@ class CriticBatch(NamedTuple):
     next_observation: Tokens
     pi_action: Tokens
     reward: Array  # float32
-    terminal: Array  # 1 = a true terminal state; 0 = continuing or cut by the time limit
+    terminal: Array  # 1 = the game ended (won, or its turn limit); 0 = it goes on, or was cut where it goes on
 
 
 class ActorBatch(NamedTuple):

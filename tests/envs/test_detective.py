@@ -101,13 +101,13 @@ def test_valid_action_search_leaves_the_game_alone(jericho):
     assert listed.reset() == Detective(GAME).reset()  # close, then a fresh emulator
 
 
-def test_max_steps_truncates(jericho):
+def test_max_steps_end_the_game(jericho):
     env = Detective(GAME, max_steps=3)
     env.reset()
     results = [env.step("wait") for _ in range(3)]
     assert [r.done for r in results] == [False, False, True]
     last = results[-1]
-    assert last.info.truncated and not last.info.success and not last.terminal
+    assert last.info.at_limit and last.terminal and not last.info.truncated and not last.info.success
     assert last.info.extra["steps"] == 3
     with pytest.raises(EnvError, match="after the episode ended"):
         env.step("north")

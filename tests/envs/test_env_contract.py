@@ -95,7 +95,7 @@ def test_step_out_of_order_raises_an_env_error_naming_the_env(request, name):
         env.step(action)
     env.reset(seed=3)
     results = [env.step(action), env.step(action)]
-    assert [r.done for r in results] == [False, True] and results[-1].info.truncated
+    assert [r.done for r in results] == [False, True] and results[-1].info.at_limit
     for _ in range(2):  # every later step, not only the first
         with pytest.raises(EnvError, match=rf"^{env_name}: step\(\) after the episode ended \(done=True\); call reset\(\) first$"):
             env.step(action)

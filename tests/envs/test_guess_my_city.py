@@ -70,13 +70,13 @@ def test_the_oracle_never_says_a_city_name(oracle):
     assert answers <= {YES, NO, INVALID}
 
 
-def test_twenty_turns_truncate_and_bad_actions_never_raise():
+def test_twenty_turns_end_the_game_and_bad_actions_never_raise():
     env = gmc.GuessMyCity()
     env.reset(seed=1)
     bad = ["", "x" * 10_240, "🏙️?", "\x00\x1bIs it in Asia?\n", "Is it Paris or London?"]
     results = [env.step(a) for a in bad] + [env.step("Is it on the moon?") for _ in range(15)]
     assert all(r.observation.rstrip("\n").endswith((YES, NO, INVALID)) for r in results)
-    assert results[-1].done and results[-1].info.truncated and not results[-1].terminal
+    assert results[-1].done and results[-1].info.at_limit and results[-1].terminal and not results[-1].info.truncated
     assert sum(r.reward for r in results) == -20
 
 

@@ -61,12 +61,15 @@ def test_win_only_on_a_yes_and_on_the_last_word():
     assert named_inside.observation.endswith(f"? {INVALID}\n") and named_inside.info.invalid
 
 
-def test_twenty_turns_are_a_truncation_not_a_terminal():
+def test_twenty_turns_end_the_game():
+    """The dialogue shows every turn, so the limit is a rule of the game: its last transition is
+    terminal (as in the official code), not a cut."""
     env = tq.TwentyQuestions()
     env.reset(word="Banana")
     results = play(env, ["Is it blue?"] * 20)
     assert [r.done for r in results] == [False] * 19 + [True]
-    assert results[-1].info.truncated and not results[-1].info.success and not results[-1].terminal
+    assert [r.info.at_limit for r in results] == [False] * 19 + [True]
+    assert results[-1].terminal and not results[-1].info.truncated and not results[-1].info.success
     assert sum(r.reward for r in results) == -20
     with pytest.raises(EnvError, match=r"^TwentyQuestions: step\(\) after the episode ended .*call reset\(\) first"):
         env.step("Is it a banana?")

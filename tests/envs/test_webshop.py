@@ -208,7 +208,7 @@ def test_server_error_on_a_click_is_an_invalid_action(env):
     assert not env.step(f"click[{TARGET}]").info.invalid  # the episode goes on
 
 
-def test_ten_steps_truncate(env):
+def test_ten_steps_end_the_episode(env):
     env.reset(seed=2)
     actions = ["search[shirt]", f"click[{TARGET}]", "click[blue]", "click[nonsense]", "click[< Back to Results]"]
     actions += ["click[Back to Search]", "", "search[socks]", "click[B0OTHER003]", "click[red]"]
@@ -216,8 +216,8 @@ def test_ten_steps_truncate(env):
         r = env.step(action)
         assert r.reward == 0.0 and not r.info.success
         if i < 10:
-            assert not r.done and not r.info.truncated, i
-    assert r.done and r.info.truncated and not r.terminal and not r.info.invalid
+            assert not r.done and not r.info.at_limit, i
+    assert r.done and r.info.at_limit and r.terminal and not r.info.truncated and not r.info.invalid
     assert r.info.extra["step"] == 10
     with pytest.raises(EnvError, match="after the episode ended"):
         env.step("click[Buy Now]")  # over: Buy Now no longer counts
@@ -248,7 +248,7 @@ def test_custom_max_steps(server):
     env = _webshop(server, max_steps=2)
     env.reset(seed=0)
     assert not env.step("x").done
-    assert env.step("x").info.truncated
+    assert env.step("x").info.at_limit
 
 
 def test_unreachable_server_is_a_one_line_env_error():

@@ -44,7 +44,7 @@ def _run(url: str, rollout_size: int = 16, eval_size: int = 10) -> types.SimpleN
     import jax
 
     config = ml_collections.ConfigDict(dict(seed=0, rollout_size=rollout_size, rollout_group_size=1, eval_size=eval_size,
-                                            env=dict(max_turns=1), rollout=dict(staleness=0, slots=0)))
+                                            env=dict(max_turns=1, turn_limit="game"), rollout=dict(staleness=0, slots=0)))
     pool = EnvPool(functools.partial(WebShop, url, train_goals=TRAIN, eval_goals=EVAL), max(rollout_size, eval_size))
     pipeline = types.SimpleNamespace(prompter=prompts.Prompter(prompts.get("plain"), tokenizer=None))  # actions as said
     return types.SimpleNamespace(config=config, pool=pool, pipeline=pipeline, key_for=lambda *path: jax.random.key(0))
