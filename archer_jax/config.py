@@ -17,7 +17,8 @@ is :class:`~archer_jax.parts_config.LoopConfig` plus each agent's own keys (its 
 :class:`~archer_jax.learners.offline_archer.IQLConfig`; ``c.ppo`` is
 :class:`~archer_jax.learners.ppo.PPOConfig`; ``c.offline`` the offline agents'
 :class:`~archer_jax.data.dataset_config.DatasetConfig`; ``c.sft`` is
-:class:`~archer_jax.sft.SFTConfig`; ``c.mesh`` :class:`~archer_jax.sharding.MeshConfig`. The
+:class:`~archer_jax.sft.SFTConfig`; ``c.critic_pretrain``
+:class:`~archer_jax.critic_pretraining.CriticPretrainConfig`; ``c.mesh`` :class:`~archer_jax.sharding.MeshConfig`. The
 defaults are the paper's online setting for Twenty Questions; ``docs/algorithms.md`` lists each
 key beside its name in the official code. Keys renamed since 0.1 are in :data:`RENAMED`: a config
 or command line that uses one fails with one line naming the new key. One line of documentation
@@ -42,6 +43,7 @@ import ml_collections
 
 from archer_jax import agents
 from archer_jax.config_docs import KEY_DOCS
+from archer_jax.critic_pretraining import CriticPretrainConfig
 from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.data.offline_replay import DATASET_ENVS
 from archer_jax.envs import registry as envs
@@ -84,7 +86,7 @@ RENAMED = {
 GROUPS = (("", (LoopConfig,), ()), ("model", (ModelConfig,), ()), ("model.lora", (LoRAKeys,), ()),
           ("env", (EnvConfig,), ()), ("learner", (LearnerConfig, IQLConfig), ("distribution",)), ("ppo", (PPOConfig,), ()),
           ("sampling", (SamplingParams,), ("greedy", "stop_strings", "stop_at_eos")), ("sft", (SFTConfig,), ()),
-          ("mesh", (MeshConfig,), ()), ("rollout", (RolloutConfig,), ()))
+          ("critic_pretrain", (CriticPretrainConfig,), ()), ("mesh", (MeshConfig,), ()), ("rollout", (RolloutConfig,), ()))
 AGENT_GROUPS = (("offline", (DatasetConfig,), ()),)
 
 
@@ -119,7 +121,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.learner = _group("learner")
     # "auto" or a number: a reference that takes either type.
     c.learner.micro_batch_size = ml_collections.FieldReference(c.learner.micro_batch_size, field_type=object)
-    for name in ("offline", "ppo", "sft", "mesh", "rollout"):
+    for name in ("offline", "ppo", "sft", "critic_pretrain", "mesh", "rollout"):
         c[name] = _group(name)
     return c
 
@@ -156,7 +158,7 @@ TINY = {
 # What every file's "micro" preset sets on top of its "tiny": seconds of work, for tests.
 MICRO = {
     "iterations": 2, "batch_size": 8, "critic_steps": 2, "actor_steps": 1, "bc_steps": 2, "warmup_iter": 1,
-    "eval_freq": 1, "save_freq": 1,
+    "eval_freq": 1, "save_freq": 1, "critic_pretrain.steps": 0,
 }
 
 
@@ -299,6 +301,8 @@ def _check_micro_batch_size(c: ml_collections.ConfigDict) -> None:
     batches = {"batch_size x grad_accum_steps": c.batch_size * c.grad_accum_steps}
     if c.sft.steps:
         batches["sft.batch_size"] = c.sft.batch_size
+    if c.critic_pretrain.steps:
+        batches["critic_pretrain.batch_size"] = c.critic_pretrain.batch_size
     for name, batch in batches.items():
         if size is not None and batch % min(size, batch):
             raise ConfigError(f"{key}: {size} does not cut the step batch of {batch} transitions ({name}) evenly")
@@ -316,6 +320,10 @@ def _check_data(c: ml_collections.ConfigDict) -> None:
             raise ConfigError("config.init_from: a run that starts from another run's networks takes no SFT warm start "
                               f"(sft.steps is {c.sft.steps}); set --config.sft.steps=0")
         checkpoint_directory(c.init_from)
+    if c.critic_pretrain.steps and (c.init_from or c.model.critic_init):
+        source = "init_from" if c.init_from else "model.critic_init"
+        raise ConfigError(f"config.critic_pretrain.steps: the critic starts from {source}'s, which a pretraining "
+                          f"before it would not reach; set --config.critic_pretrain.steps=0 or drop {source}")
     if c.critic_init_value and (c.init_from or c.model.critic_init):
         source = "init_from" if c.init_from else "model.critic_init"
         raise ConfigError(f"config.critic_init_value: the critic starts from {source}'s, whose values it would not "

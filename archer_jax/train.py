@@ -44,7 +44,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from archer_jax import agents, distributed, handover, memory_plan, rollout, sft, sft_cache
+from archer_jax import agents, critic_pretraining, distributed, handover, memory_plan, rollout, sft, sft_cache
 from archer_jax.agents.agent import Agent, timed
 from archer_jax.config import MICRO
 from archer_jax.errors import RunInterrupted, TrainingError
@@ -245,8 +245,13 @@ def _start_or_resume(agent: Agent, checkpoints: Checkpoints, writers: report.Wri
     loop = LoopState(seed=c.seed, rng=jax.random.key_data(parts.key).tolist())
     history.rewrite(parts.workdir, [])
     writers.hparams(c.to_dict())
+    pretrain_critic = bool(c.critic_pretrain.steps) and states.critic is not None
+    if c.sft.steps or pretrain_critic:
+        demonstrations = sft.demonstrations(c)
     if c.sft.steps:
-        states, loop.sft = warm_start(agent, states, writers)
+        states, loop.sft = warm_start(agent, states, writers, demonstrations)
+    if pretrain_critic:
+        states, loop.critic_pretrain = critic_warm_start(agent, states, writers, demonstrations)
     if c.init_from:  # offline-to-online: another run's policy (and critic), fresh optimizers
         states = handover.initial_states(agent, states, c.init_from)
     if c.model.critic_init:  # an official ArCHer critic (archer_jax.import_official)
@@ -308,12 +313,29 @@ def _save(checkpoints: Checkpoints, step: int, states: States, replay, loop: Loo
     checkpoints.save(step, actor=states.actor, critic=states.critic, replay=replay, loop=loop.to_json())
 
 
-def warm_start(agent: Agent, states: States, writers: report.Writers) -> tuple[States, dict[str, Any]]:
+def critic_warm_start(agent: Agent, states: States, writers: report.Writers,
+                      demonstrations: tuple[list[str], list[str]]) -> tuple[States, dict[str, Any]]:
+    """Masked-LM pretraining of the critic's encoder on the demonstrations' texts
+    (:mod:`archer_jax.critic_pretraining`; or its result from ``config.sft.cache``); the critic's
+    Adam starts fresh after it and its target equals it."""
+    c = agent.parts.config
+    limit = auto_limit(agent.parts.mesh.devices.flat[0].platform, c.critic_pretrain.batch_size)
+    critic, info, history = critic_pretraining.warm_start(agent, states.critic, *demonstrations, limit=limit)
+    for step in range(0, len(history), max(1, len(history) // 50)):  # tags critic_pretrain/*
+        writers.scalars(step + 1, {f"critic_pretrain/{k}": v for k, v in history[step].items()})
+    log.info("critic pretraining: %d masked-LM steps on %d texts%s, loss %.3f -> %.3f", info["steps"], info["texts"],
+             f", taken from the cache {info['cache']}" if "cache" in info and "seconds" not in info else "",
+             info["first_loss"], info["last_loss"])
+    return States(states.actor, critic), info
+
+
+def warm_start(agent: Agent, states: States, writers: report.Writers,
+               demonstrations: tuple[list[str], list[str]]) -> tuple[States, dict[str, Any]]:
     """SFT on the demonstrations of ``config.sft.data`` (or its result from ``config.sft.cache``);
     the actor's Adam starts fresh after it."""
     parts = agent.parts
     c = parts.config
-    observations, actions = sft.demonstrations(c)
+    observations, actions = demonstrations
     limit = auto_limit(parts.mesh.devices.flat[0].platform, c.sft.batch_size)
     step, start_state = agent.sft_step(c.sft.lr, limit=limit)
     start = time.perf_counter()
@@ -412,6 +434,7 @@ def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: LoopState, resume
         eval_success_after=evals[-1]["eval/success"],
         evals=evals,
         sft=loop.sft,
+        critic_pretrain=loop.critic_pretrain,
         wall_time_s=loop.wall_time_s,
         resumed_at_iteration=resumed_at or None,
         config_changes=loop.config_changes,

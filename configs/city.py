@@ -31,6 +31,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         "env.max_turns": 15,  # the optimal city expert needs at most 10 turns
         "sft.steps": 300, "sft.lr": 1e-3, "sft.batch_size": 32, "sft.dialogues": 256,
         "sft.experts": "optimal,random_order",
+        "critic_pretrain.steps": 300, "critic_pretrain.lr": 3e-3,  # the critic's encoder, as configs/20q.py:tiny's
     }, micro={
         "rollout_size": 4, "eval_size": 4, "env.max_turns": 4, "sft.steps": 4, "sft.batch_size": 8, "sft.dialogues": 4,
     })

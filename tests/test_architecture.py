@@ -20,7 +20,7 @@ LAYERS = [
     ("models",),
     ("envs", "learners", "sampling", "replay", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
      "dialogue_rows", "tensorboard_writer", "memory_plan", "history", "prompts", "data"),
-    ("acting", "parts", "parts_config", "rollout", "sft", "sft_cache", "model_oracle", "plan_parts"),
+    ("acting", "parts", "parts_config", "rollout", "sft", "sft_cache", "critic_pretraining", "model_oracle", "plan_parts"),
     ("agents",),
     ("config", "config_docs", "config_changes", "preflight", "handover", "import_official"),
     ("train",),

@@ -142,6 +142,7 @@ def actor_step(
     grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch, micro_batches)
     params, opt_state = adam_update(state, tx, grads)
     state, metrics = keep_if_finite(state, state._replace(params=params, opt_state=opt_state, step=state.step + 1), loss, grads)
-    metrics.update(loss=loss, **summarize("advantage", aux["advantage"]), **summarize("action_logprob", aux["action_logprob"]))
+    metrics.update(loss=loss, **summarize("advantage", aux["advantage"]), **summarize("action_logprob", aux["action_logprob"]),
+                   **summarize("action_tokens", jnp.sum(batch.action.mask, axis=-1)))
     metrics.update({k: jnp.mean(v) for k, v in aux.items() if k not in ("advantage", "action_logprob")})
     return state, metrics

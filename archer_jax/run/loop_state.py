@@ -25,6 +25,7 @@ class LoopState:
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # one row of metrics per iteration
     evals: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # greedy evaluations (iteration 0: before)
     sft: dict[str, Any] | None = None  # the warm start's summary, if there was one
+    critic_pretrain: dict[str, Any] | None = None  # the critic's masked-LM warm start's summary, if any
     wall_time_s: float = 0.0
     # Several processes: at each checkpoint, the digest of the parameters every host holds (they agree).
     host_digests: dict[str, str] = dataclasses.field(default_factory=dict)

@@ -38,7 +38,7 @@ ADVANTAGE = 1.0
 
 def _policy(tiny_dirs):
     policy = models.load_gpt2(tiny_dirs[0])
-    policy.ln_f.scale.value = policy.ln_f.scale.value * SHARPEN
+    policy.ln_f.scale[...] = policy.ln_f.scale[...] * SHARPEN
     return policy
 
 
@@ -49,8 +49,8 @@ def setup(tiny_dirs, tokenizers):
     critic = learners.DoubleCritic(models.load_roberta(tiny_dirs[1]), rngs=nnx.Rngs(0))
     for name in ("q1", "q2", "v1", "v2"):
         out = getattr(critic, name).out
-        out.kernel.value = jnp.zeros_like(out.kernel.value)
-        out.bias.value = jnp.full_like(out.bias.value, ADVANTAGE if name[0] == "q" else 0.0)
+        out.kernel[...] = jnp.zeros_like(out.kernel[...])
+        out.bias[...] = jnp.full_like(out.bias[...], ADVANTAGE if name[0] == "q" else 0.0)
     return Sampler(_policy(tiny_dirs), tokenizers[0]), critic
 
 
@@ -68,11 +68,11 @@ def sampled_batches(setup, tokenizers, sampling: SamplingParams, seed: int = 7):
 
 def gradient_statistic(step, state, batches, *args) -> tuple[float, float]:
     """Mean and standard error over the batches of the gradient along the final norm's scale."""
-    scale = np.asarray(state.params["policy"]["ln_f"]["scale"].value)
+    scale = np.asarray(state.params["policy"]["ln_f"]["scale"][...])
     values = []
     for batch in batches:
         new, _ = step(jax.tree.map(jnp.copy, state), *args, batch)  # the step donates its state
-        gradient = scale - np.asarray(new.params["policy"]["ln_f"]["scale"].value)  # SGD at lr 1
+        gradient = scale - np.asarray(new.params["policy"]["ln_f"]["scale"][...])  # SGD at lr 1
         values.append(float(np.sum(gradient * scale)))
     values = np.asarray(values)
     return values.mean(), values.std(ddof=1) / np.sqrt(len(values))

@@ -43,8 +43,8 @@ def test_the_td_target_is_the_reward_alone_where_the_limit_ends_the_game(tiny_di
     critic = learners.DoubleCritic(models.load_roberta(tiny_dirs[1]), rngs=nnx.Rngs(0))
     for name in ("q1", "q2", "v1", "v2"):  # Q = 0 and V = V_NEXT for every input
         out = getattr(critic, name).out
-        out.kernel.value = jnp.zeros_like(out.kernel.value)
-        out.bias.value = jnp.full_like(out.bias.value, V_NEXT if name[0] == "v" else 0.0)
+        out.kernel[...] = jnp.zeros_like(out.kernel[...])
+        out.bias[...] = jnp.full_like(out.bias[...], V_NEXT if name[0] == "v" else 0.0)
     actor = learners.Actor(models.load_gpt2(tiny_dirs[0]), rngs=nnx.Rngs(0))
     networks = Networks(actor, critic, matmul_precision="highest")
     tx = train_state.optimizer(1e-4, 1.0)
