@@ -119,16 +119,19 @@ def sampled_actor_rows(
     model_state: nnx.State | None = None,
     max_length: int = 512,
     row_ids: Sequence[int] | None = None,
+    stop_token: bool = True,
 ) -> tuple[ActorRows, Generation]:
     """Draws a fresh ``a_π ~ π(·|s)`` for observations in policy and critic token rows (the
     replay buffer's). The policy rows are the sampler's own (its prompt encoding and the sampled
-    ids, stop token included), so the actor trains on exactly what was sampled; only the sampled
-    texts are tokenized again, for the critic. Returns ``(rows, generation)``."""
+    ids, the stop token included unless ``stop_token`` is False), so the actor trains on exactly
+    what was sampled; only the sampled texts are tokenized again, for the critic. Returns
+    ``(rows, generation)``."""
     generation = sampler.generate_rows(policy_observations, key, sampling, model_state=model_state, row_ids=row_ids)
     prompt = generation.prompt
+    cut = [int(not stop_token and reason == "stop") for reason in generation.finish_reasons]
     rows = ActorRows(
         [ids[mask == 1] for ids, mask in zip(prompt.input_ids, prompt.attention_mask)],
-        [tokens[:n] for tokens, n in zip(generation.tokens, generation.lengths)],
+        [tokens[:n - c] for tokens, n, c in zip(generation.tokens, generation.lengths, cut)],
         list(critic_observations),
         token_rows(critic_tokenizer, generation.texts, max_length=max_length),
     )
@@ -185,8 +188,10 @@ class Acting:
         sampling: SamplingParams,
         critic_graphdef: nnx.GraphDef | None = None,
         chai_samples: int = 5,
+        score_stop_token: bool = True,
     ):
         self.sampler = sampler
+        self.score_stop_token = score_stop_token
         self.pipeline = pipeline
         self.sampling = sampling
         self.greedy = dataclasses.replace(sampling, greedy=True)
@@ -247,6 +252,7 @@ class Acting:
                 self.sampler, self.pipeline.critic_tokenizer, sample["policy_observation"][share.start:share.stop],
                 sample["critic_observation"][share.start:share.stop], key, self.sampling,
                 model_state=self.localize(policy), max_length=self.pipeline.max_critic_length, row_ids=share,
+                stop_token=self.score_stop_token,
             )
         rows = functools.reduce(ActorRows.__add__, allgather_objects(rows))
         return actor_batch_of(rows, self.sampler, self.pipeline.critic_tokenizer, self.sampling,

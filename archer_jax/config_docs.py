@@ -63,6 +63,8 @@ KEY_DOCS: dict[str, str] = {
     "sampling.temperature": "rollout sampling temperature (evaluation is greedy)",
     "sampling.top_k": "sample from the k likeliest tokens only (0 = off)",
     "sampling.top_p": "nucleus sampling: the smallest set of tokens with this much mass, in (0, 1] (1 = off)",
+    "learner.center_advantage": "ArCHer's actor: each advantage less the step batch's mean (off: Q - V as it is)",
+    "learner.score_stop_token": "ArCHer's actor: score the stop token ending a_π (false: without it, as the official code)",
     "learner.gamma": "discount per turn, in [0, 1]",
     "learner.tau": "Polyak rate of the target critic, in (0, 1] (0 would never move the target)",
     "learner.critic_lr": "Adam learning rate of the critic",

@@ -124,6 +124,7 @@ class Parts:
         self.acting = Acting(
             sampler, self.pipeline, sampling=SamplingParams(**c.sampling, stop_strings=prompter.stop_strings),
             critic_graphdef=self.networks.critic_graphdef, chai_samples=c.chai_samples,
+            score_stop_token=c.learner.score_stop_token,
         )
         self.batch = c.batch_size * c.grad_accum_steps
         envs = max(len(host_share(c.rollout_size)), len(host_share(c.eval_size)), 1)  # this host's games

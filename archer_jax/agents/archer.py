@@ -71,7 +71,8 @@ def actor_step(networks: Networks, tx, critic_tx, learner: LearnerConfig, *optio
     """The actor step with the online critic's advantage (its loss from ``learner.actor_loss``, its
     log-probs under ``learner.distribution``: the one the actions were sampled from), compiled."""
     step = networks.traced(functools.partial(archer.actor_step, loss_options=loss_options(learner, *option_configs),
-                                             distribution=learner.distribution),
+                                             distribution=learner.distribution,
+                                             center_advantage=learner.center_advantage),
                            networks.actor_graphdef, networks.critic_graphdef, tx, learner.actor_loss)
     return networks.compile_step(step, networks.actor_shardings(tx, with_target), networks.critic_shardings(critic_tx).params,
                                  networks.actor_batch_shardings())

@@ -26,7 +26,8 @@ from flax import nnx
 from archer_jax.learners import actor_losses, losses
 from archer_jax.learners.batches import ActorBatch, CriticBatch
 from archer_jax.learners.critic import CriticValues
-from archer_jax.learners.optimization import accumulate_gradients, adam_update, keep_if_finite, polyak, summarize
+from archer_jax.learners.optimization import (accumulate_gradients, adam_update, keep_if_finite, polyak,
+                                             split_micro_batches, summarize)
 from archer_jax.learners.train_state import TrainState, merged
 from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import Tokens
@@ -119,22 +120,29 @@ def actor_step(
     micro_batches: int = 1,
     loss_options: tuple[tuple[str, float], ...] = (),
     distribution: TokenDistribution = TokenDistribution(),
+    center_advantage: bool = False,
 ) -> tuple[TrainState, dict[str, Array]]:
     """One actor step on the advantage of the batch's action (ArCHer: a fresh ``a_π``; offline
     ArCHer: the dataset's) under the online critic (unchanged here), with the registered actor loss
     ``loss_name`` and its ``loss_options`` (``(name, value)`` pairs), over ``micro_batches``
     scanned micro-batches. Log-probs are taken under ``distribution``: the one the actions were
     sampled from (a policy gradient on samples of ``q`` scored under another distribution moves
-    the policy even where the advantage is constant)."""
+    the policy even where the advantage is constant). ``center_advantage``: each row's advantage
+    less the mean over the step's whole batch (not each micro-batch's)."""
     critic = nnx.merge(critic_graphdef, critic_params)
     actor_loss = actor_losses.get_actor_loss(loss_name)
     options = dict(loss_options)
     # Token means are normalised by the step's tokens, not each micro-batch's own: the same loss
     # whatever the layout.
     token_count = jnp.maximum(jnp.sum(batch.action.mask).astype(jnp.float32), 1.0) / micro_batches
+    mean_advantage = 0.0
+    if center_advantage:  # over the step's batch, a micro-batch at a time (the critic pass again in the loss)
+        sums = jax.lax.map(lambda b: jnp.sum(advantage(critic(b.critic_observation, b.critic_action))),
+                           split_micro_batches(batch, micro_batches))
+        mean_advantage = jnp.sum(sums) / batch.action.mask.shape[0]
 
     def loss_fn(params: nnx.State, b: ActorBatch):
-        adv = advantage(critic(b.critic_observation, b.critic_action))  # min Q(s, a_π) - min V(s)
+        adv = advantage(critic(b.critic_observation, b.critic_action)) - mean_advantage  # min Q(s, a_π) - min V(s)
         token_logprobs, baseline = merged(graphdef, params, state.frozen, state.step)(b.observation, b.action, distribution)
         mask = b.action.mask.astype(jnp.float32)
         return actor_loss(actor_losses.PolicyTerms(adv, token_logprobs, mask, baseline, token_count), **options)

@@ -37,6 +37,13 @@ class LearnerConfig:
     # number that cuts every step's batch evenly (8 = the official layout). Only memory and
     # speed depend on it, not the update.
     micro_batch_size: int | str = AUTO
+    # ArCHer's actor: subtract the step batch's mean advantage from each row's (a baseline for what
+    # the critic's Q and V have in common, e.g. the V head's lag behind the target Q it learns from).
+    # Off: the paper's advantage Q - V as it is.
+    center_advantage: bool = False
+    # ArCHer's actor: the stop token that ends a sampled a_π is scored (its probability trained
+    # like any other token's). False scores a_π without it, as the official code does.
+    score_stop_token: bool = True
     # Not a key: the distribution the actor's actions were sampled from (config.sampling's
     # temperature, top-k, top-p, set by the agents whose actor scores its own samples), under which
     # every policy-gradient learner takes its log-probs. The model's own by default.

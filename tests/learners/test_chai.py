@@ -54,6 +54,24 @@ def test_the_actor_scores_the_sampled_tokens_under_the_sampled_distribution(tiny
     assert np.abs(np.asarray(model) - generation.sample_logprobs).max() > 0.1
 
 
+def test_without_the_stop_token_the_actor_scores_a_pi_up_to_it(tokenizers, sampler):
+    """``learner.score_stop_token = False`` (the official code's rule): a row that ended on the stop
+    string loses its last token, the others keep all theirs; the critic's texts are the same (the
+    stop string here a letter, which the random tiny policy samples often)."""
+    sampling = SamplingParams(max_new_tokens=8, stop_strings=("i",))
+    observations = OBSERVATIONS * 2
+    policy_rows = token_rows(tokenizers[0], observations, max_length=sampler.prompt_limit(sampling))
+    critic_rows = token_rows(tokenizers[1], observations, max_length=512)
+    kept, generation = acting.sampled_actor_rows(sampler, tokenizers[1], policy_rows, critic_rows, jax.random.key(3),
+                                                 sampling)
+    cut, _ = acting.sampled_actor_rows(sampler, tokenizers[1], policy_rows, critic_rows, jax.random.key(3), sampling,
+                                       stop_token=False)
+    assert "stop" in generation.finish_reasons and set(generation.finish_reasons) != {"stop"}
+    for a, b, reason in zip(kept.actions, cut.actions, generation.finish_reasons):
+        np.testing.assert_array_equal(b, a[:-1] if reason == "stop" else a)
+    assert all(np.array_equal(a, b) for a, b in zip(kept.critic_actions, cut.critic_actions))
+
+
 def test_chai_acts_with_the_best_pessimistic_target_q(tiny_dirs, tokenizers, sampler):
     _, critic = make_modules(tiny_dirs, seed=3)
     graphdef, params = learners.split_params(critic)

@@ -140,3 +140,21 @@ def test_a_constant_advantage_moves_no_policy_at_other_samplings(tiny_dirs, toke
     assert abs(ppo_statistic(tiny_dirs, batches, sampling.distribution)) < 4
     if not sampling.distribution.is_model:  # the untempered, uncut model: what the actor scored before
         assert abs(archer_statistic(tiny_dirs, setup, batches, TokenDistribution())) > 10
+
+
+def test_a_centred_advantage_is_the_batch_mean_less(tiny_dirs, tokenizers, setup):
+    """``learner.center_advantage``: a constant advantage less the step batch's mean is 0 on every
+    row, so the compiled step (in 4 micro-batches, the mean over all of them) moves nothing."""
+    sampling = sampling_at(0.7, 0.9)
+    batch = sampled_batches(setup, tokenizers, sampling)[0]
+    actor = learners.Actor(_policy(tiny_dirs), rngs=nnx.Rngs(0))
+    networks = Networks(actor, setup[1], matmul_precision="highest", micro_batch_size=ROWS // 4)
+    tx, critic_tx = optax.sgd(1.0), train_state.optimizer(1e-4, 1.0)
+    config = LearnerConfig(distribution=sampling.distribution, center_advantage=True)
+    step = archer_agent.actor_step(networks, tx, critic_tx, config)
+    state = networks.init_actor(tx)
+    before = jax.device_get(state.params)
+    new, metrics = step(state, networks.init_critic(critic_tx).params, batch)
+    assert float(metrics["advantage/max"]) == float(metrics["advantage/min"]) == 0.0
+    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(jax.device_get(new.params))):
+        np.testing.assert_array_equal(a, b)
