@@ -1,18 +1,15 @@
 """Learning where the methods separate: ArCHer against PPO + GAE, GRPO, online filtered BC and CHAI
 on settings harder than the tiny preset, several seeds, at equal env samples; and ArCHer's
-update-to-data ratio against a tuned PPO.
+departures from the official recipe, one at a time.
 
 Settings (``--setting``):
 
-* ``weak``: ``configs/20q.py:weak``, the 10-object subset from a weak SFT start (about a fifth of
-  the evaluation games won), every method 3 seeds.
-* ``utd``: the same setting, ArCHer at 2x and 4x its critic and actor steps per iteration (the
-  update-to-data ratio; 1x is ``weak``'s ArCHer), at a 10x critic learning rate, and at 4x with the
-  paper's 20 critic-only warm-up iterations; and PPO + GAE at other learning rates, at lambda 1,
-  and at lambda 1 with other epochs and minibatches; 2 seeds each.
+* ``weak``: ``configs/20q.py:weak``, the 10-object subset from a weak SFT start (about a quarter of
+  the evaluation games won), every method 3 seeds (PPO + GAE at lambda 1, the weak start's
+  best-tuned PPO, and at its default 0.95), all from one SFT.
+* ``ablate``: the same start, seed 0, ArCHer with one departure changed at a time (below).
 * ``full``: ``configs/20q.py:small``, all 157 objects and 20 turns with a 4-layer GPT-2 and RoBERTa
-  (SFT on the optimal expert: about a third of the games won):
-  ArCHer at 4x steps with 10 and with 20 critic-only iterations, PPO + GAE at lambda 1, GRPO,
+  (SFT on the optimal expert: about a third of the games won): ArCHer, PPO + GAE at lambda 1, GRPO,
   filtered BC and CHAI, 30 iterations, 3 seeds, all from one SFT (``sft.cache``, seeded from the
   one kept with the results).
 * ``city``: Guess My City on the official 950 dialogues: offline ArCHer, online ArCHer from it
@@ -29,7 +26,7 @@ it from the JSON or pass another ``--out``; ``--same-start`` trains again the ru
 other than the one kept with the results (``SFT_KEPT``), so that a setting's methods share one.
 
     python benchmarks/learning_hard.py --setting weak --jobs 2 --commit
-    python benchmarks/learning_hard.py --setting utd --jobs 2 --commit
+    python benchmarks/learning_hard.py --setting ablate --jobs 2 --commit
     python benchmarks/learning_hard.py --report        # train nothing: tables from the finished runs
 
 The measures are ``benchmarks/sample_efficiency.py``'s: per method and seed, the env samples at the
@@ -43,9 +40,22 @@ Each is read twice. Once on the greedy evaluations (the same fixed games every `
 iterations; CHAI plays its best of k samples there too). And once on the train-time return: the
 mean return of the games the method itself played in its last ``WINDOW`` iterations (sampled at
 the rollout temperature, about 160 games; the start is the first iteration's games, played by the
-SFT policy before any update). The official ArCHer code evaluates with sampling too. A policy can
-win more of its sampled games while its greedy utterance stays the same, and the two readings
-show it.
+SFT policy before any update). The official ArCHer code evaluates greedily (``do_sample=False`` in
+its train loop), as the first reading does. A policy can win more of its sampled games while its
+greedy utterance stays the same, and the two readings show it.
+
+``ablate`` is the weak start again, seed 0, with one of ArCHer's departures from the official recipe
+changed at a time (the critic's pretraining, the update-to-data ratio, the actor's learning rate
+and batch, the stop token in the gradient, a batch-centred advantage, the warm-up length), so that
+each one's effect is measured against the default's.
+
+The results of the code before three fixes to the recipe around ArCHer's losses (the actor scored
+its samples at temperature 1 without the nucleus while the rollouts sampled at 0.7 and top-p 0.9;
+a game lost at its turn limit was bootstrapped as if cut; the small critics started from random
+weights) are kept in ``results/learning_hard_before.{json,png,md}``; the tables here show their
+ArCHer runs again beside the fixed code's, labelled "before the fixes". Each run's per-iteration
+critic diagnostics (``diagnostics``: the critic's Q spread over a batch, the advantage's mean and
+spread, the sampled a_π's log-prob and length, the actor's gradient norm) are kept with it.
 """
 
 from __future__ import annotations
@@ -117,6 +127,19 @@ METHODS = {
     "ppo_gae_epochs8": ("PPO + gae, lam 1, 8 epochs", "ppo", ["ppo.adv_estimator=gae", "ppo.lam=1.0", "ppo.epochs=8"], None),
     "ppo_gae_mb16": ("PPO + gae, lam 1, minibatches of 16", "ppo",
                      ["ppo.adv_estimator=gae", "ppo.lam=1.0", "batch_size=16"], None),
+    # The fixed recipe's departures from the official one, one at a time (setting "ablate"), against
+    # "archer" (the weak preset: 10 critic and 3 actor steps an iteration, 5 critic-only iterations,
+    # actor_lr 1e-5 on batches of 32, the critic's encoder pretrained, the stop token scored).
+    "archer_no_pretrain": ("ArCHer, critic encoder not pretrained", "archer", ["critic_pretrain.steps=0"], None),
+    "archer_utd4_init": ("ArCHer, 4x steps, critic from -9", "archer",
+                         ["critic_steps=40", "actor_steps=12", "critic_init_value=-9.0"], None),
+    "archer_lr1e6": ("ArCHer, actor_lr 1e-6 (the official 20Q rate)", "archer", ["learner.actor_lr=1e-6"], None),
+    "archer_official_batch": ("ArCHer, actor_lr 1e-6 on batches of 256 (the official)", "archer",
+                              ["learner.actor_lr=1e-6", "grad_accum_steps=8"], None),
+    "archer_no_stop": ("ArCHer, a_pi scored without its stop token (the official)", "archer",
+                       ["learner.score_stop_token=False"], None),
+    "archer_center": ("ArCHer, batch-centred advantage", "archer", ["learner.center_advantage=True"], None),
+    "archer_warmup20": ("ArCHer, critic alone for 20 iterations", "archer", ["warmup_iter=20"], None),
     # Guess My City: offline ArCHer on the official dialogues, online ArCHer from it and from SFT. All
     # three start from the same SFT warm start (configs/city.py:tiny's) and play the same 15 turns,
     # so offline ArCHer's gain is over that start; from a random tiny GPT-2 its 250 actor steps on
@@ -128,40 +151,49 @@ METHODS = {
 }
 SETTINGS = {  # setting: (title, config, methods, seeds)
     "weak": ("20Q subset, weak SFT start (configs/20q.py:weak)", WEAK,
-             ("archer", "ppo_gae", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
-    # ArCHer with a critic warm-up and PPO + gae at lam 1: what the weak start showed each needs to
-    # climb from a start that plays mostly invalid turns (the defaults did not). The small preset's 30
-    # iterations take half the paper's warm-up (10 critic-only iterations, the weak start's best ratio
-    # to PPO), and the paper's 20, which leaves the actor 10 iterations: on the 20-turn game the
-    # critic's values are still falling toward the returns' scale after 10.
+             ("archer", "ppo_gae_lam1", "ppo_gae", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
+    "ablate": ("20Q subset, weak start: ArCHer's departures from the official recipe, one at a time (seed 0)", WEAK,
+               ("archer_no_pretrain", "archer_utd4_init", "archer_lr1e6", "archer_official_batch", "archer_no_stop",
+                "archer_center", "archer_warmup20"), (0,)),
     "full": ("20Q, all 157 objects, small models (configs/20q.py:small)", SMALL,
-             ("archer_warm10", "archer_warm", "ppo_gae_lam1", "ppo_grpo", "filtered_bc", "chai", "archer_warm_long",
-              "archer_init"),
-             (0, 1, 2)),
-    "utd": ("20Q subset, weak start: update-to-data ratio and PPO tuning", WEAK,
-            ("archer_utd2", "archer_utd4", "archer_critic_lr", "archer_warm", "archer_warm10", "ppo_gae_lr3",
-             "ppo_gae_lr03", "ppo_gae_lam1", "ppo_gae_epochs8", "ppo_gae_mb16", "archer_init"),
-            (0, 1)),
+             ("archer", "ppo_gae_lam1", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
     "city": ("Guess My City: offline, offline then online, online from SFT", CITY,
              ("offline_archer", "online_from_offline", "online_from_sft"), (0, 1, 2)),
 }
-# Keys every run of a setting adds to its method's. The settings run first (weak, utd) read the
-# sampled policy from the games it played; an offline run plays none, so these evaluate it sampled.
-# The full game's SFT (600 steps of the small policy) is most of a run's cost and the same for every
-# seed and method: its runs share it ("{workdir}": --workdir).
-SETTING_OVERRIDES = {"city": ["eval_sampled=True"], "full": ["eval_sampled=True", "sft.cache={workdir}/full/sft_cache"]}
+# Keys every run of a setting adds to its method's. The weak start's settings read the sampled policy
+# from the games it played; an offline run plays none, so these evaluate it sampled. A setting's SFT
+# (and the critic's pretraining) is the same for every seed and method: its runs share it
+# ("{workdir}": --workdir; the weak start's ablations share the weak start's).
+SETTING_OVERRIDES = {"weak": ["sft.cache={workdir}/weak/sft_cache"], "ablate": ["sft.cache={workdir}/weak/sft_cache"],
+                     "city": ["eval_sampled=True"], "full": ["eval_sampled=True", "sft.cache={workdir}/full/sft_cache"]}
 # The full game's SFT start, kept with the results: XLA's CPU programs round differently on another
 # host, so an SFT recomputed elsewhere is another start (greedy -16.34 on one host, -16.06 on the
 # next). Its entries are copied into the workdir's cache before any run, so that every run on any
 # host starts from them while this package's source (part of the cache key) is unchanged.
 SFT_KEPT = {"full": RESULTS / "learning_hard_sft"}
-# The runs a setting's tables take from another setting (the same config and method): the weak
-# setting's tables show ArCHer with the paper's warm-up and PPO + gae at lam 1 too (train them with
-# --setting utd), so that its paper's measure is taken at the best-tuned PPO.
-BORROWS = {"utd": {"weak": ("archer", "ppo_gae")}, "weak": {"utd": ("archer_warm", "ppo_gae_lam1", "archer_init")}}
+# The runs a setting's tables take from another setting (the same config and method): the ablations
+# are read against the weak start's ArCHer.
+BORROWS = {"ablate": {"weak": ("archer",)}}
+# The code before the fixes to ArCHer's recipe: its results, and the ArCHer runs of each setting that
+# the tables show beside the fixed code's ("before_<method>"). Its runs of the methods whose code path
+# the fixes left alone (CARRIED: no critic and no policy gradient, or offline on a dataset) are this
+# code's runs too, and are read as such; filtered BC's were checked to be bit-identical on seed 0.
+BEFORE = RESULTS / "learning_hard_before.json"
+BEFORE_ARCHER = {"weak": ("archer", "archer_warm", "archer_init"),
+                 "full": ("archer_warm10", "archer_warm", "archer_warm_long", "archer_init")}
+CARRIED = {("weak", "filtered_bc"), ("full", "filtered_bc"), ("city", "offline_archer")}
+for _method in sorted({m for ms in BEFORE_ARCHER.values() for m in ms}):
+    METHODS[f"before_{_method}"] = (f"{METHODS[_method][0]}, before the fixes", "archer", METHODS[_method][2], None)
 # A method whose runs start from another method's run of the same seed, trained first.
 STARTS_FROM = {"online_from_offline": "offline_archer"}
 FILES = ("learning_hard.json", "learning_hard.png", "learning_hard.md")
+# Per-iteration diagnostics kept with each run, from its history.jsonl (a key a run lacks is left out).
+DIAGNOSTICS = {
+    "q1_std": "critic/q1/std", "q1_mean": "critic/q1/mean", "advantage_mean": "actor/advantage/mean",
+    "advantage_std": "actor/advantage/std", "action_logprob": "actor/action_logprob/mean",
+    "action_tokens": "actor/action_tokens/mean", "actor_grad_norm": "actor/grad_norm",
+    "invalid": "rollout/invalid", "return": "rollout/return", "eval_return": "eval/return",
+}
 WINDOW = 5  # iterations of train-time games per point of the sampled reading (an eval_freq apart)
 
 
@@ -217,10 +249,13 @@ def finished(setting: str, method: str, seed: int, workdir: Path) -> dict | None
     rollouts = [dict(iteration=h["iteration"], env_samples=h["env_samples"], ret=h["rollout/return"],
                      success=h["rollout/success"], invalid=h.get("rollout/invalid")) for h in history
                 if "rollout/return" in h]
+    diagnostics = [dict(iteration=h["iteration"], **{name: h[key] for name, key in DIAGNOSTICS.items() if key in h})
+                   for h in history]
     # The env samples collected before the policy's first update (None: it has none, as CHAI's, or
     # plays no games, as an offline run).
     actor_from = next((h["env_samples"] for h in history if h.get("time/actor", 0.0) > 0), None) if rollouts else None
-    return dict(summary, agent=METHODS[method][0], method=method, rollouts=rollouts, actor_from=actor_from)
+    return dict(summary, agent=METHODS[method][0], method=method, rollouts=rollouts, actor_from=actor_from,
+                diagnostics=diagnostics)
 
 
 def sampled(summary: dict, window: int = WINDOW) -> dict | None:
@@ -252,12 +287,12 @@ def read_as(summary: dict, evals: list[dict]) -> dict:
                 eval_return_after=evals[-1]["eval/return"], eval_success_after=evals[-1]["eval/success"])
 
 
-def recorded(out: Path) -> dict[tuple[str, int, int], dict]:
-    """The runs the results file in ``out`` holds, by (setting, method, seed), in the shape of a
-    finished run's summary: the tables keep a run whose workdir is gone (another machine, a cleaned
-    disk), and it is not trained again. The setting is the one that trains the run, which a borrowing
-    setting's table names too."""
-    path = out / FILES[0]
+def recorded(out: Path, path: Path | None = None) -> dict[tuple[str, int, int], dict]:
+    """The runs the results file in ``out`` holds (or the one at ``path``), by (setting, method,
+    seed), in the shape of a finished run's summary: the tables keep a run whose workdir is gone
+    (another machine, a cleaned disk), and it is not trained again. The setting is the one that
+    trains the run, which a borrowing setting's table names too."""
+    path = path or out / FILES[0]
     if not path.is_file():
         return {}
     try:
@@ -276,7 +311,23 @@ def recorded(out: Path) -> dict[tuple[str, int, int], dict]:
                 rollouts=run.get("rollouts") or [], env_samples=run["env_samples"], wall_time_s=run["wall_time_s"],
                 benchmark_wall_s=run.get("benchmark_wall_s"), actor_from=run.get("actor_from"),
                 eval_return_before=evals[0]["eval/return"], eval_return_after=evals[-1]["eval/return"],
-                eval_success_after=evals[-1]["eval/success"], sft=run.get("sft"), recorded_in=FILES[0])
+                eval_success_after=evals[-1]["eval/success"], sft=run.get("sft"), recorded_in=path.name,
+                diagnostics=run.get("diagnostics") or [])
+    return kept
+
+
+def recorded_before(path: Path | None = None) -> dict[tuple[str, int, int], dict]:
+    """The runs of the code before the fixes that the tables show: each setting's ArCHer runs of
+    ``BEFORE_ARCHER`` as ``before_<method>`` (the weak start's tuned ones were trained in its old
+    "utd" setting), and the ``CARRIED`` ones as they are."""
+    kept = {}
+    for (origin, method, seed), run in recorded(RESULTS, path or BEFORE).items():
+        setting = "weak" if origin == "utd" else origin
+        if (origin, method) in CARRIED:
+            kept[(origin, method, seed)] = run
+        elif method in BEFORE_ARCHER.get(setting, ()):
+            name = f"before_{method}"
+            kept[(setting, name, seed)] = dict(run, method=name, agent=METHODS[name][0])
     return kept
 
 
@@ -295,6 +346,7 @@ def summaries_of(setting: str, workdir: Path, kept: dict | None = None) -> list[
     runs = [(setting, m, s) for m in methods for s in seeds]
     for other, borrowed in BORROWS.get(setting, {}).items():
         runs = [(other, m, s) for m in borrowed for s in seeds] + runs
+    runs = [(setting, f"before_{m}", s) for m in BEFORE_ARCHER.get(setting, ()) for s in seeds] + runs
     found = (finished(*run, workdir) or (kept or {}).get(run) for run in runs)
     return [s for s in found if s is not None]
 
@@ -438,7 +490,7 @@ def report(setting: str, workdir: Path, kept: dict | None = None) -> dict | None
                 first_update={a: statistics.mean(v) for a, v in _first_updates(summaries).items()},
                 sft_starts=sft_starts(summaries),
                 runs=[{k: s.get(k) for k in ("method", "agent", "env_samples", "evals", "rollouts", "actor_from",
-                                             "wall_time_s", "benchmark_wall_s")}
+                                             "wall_time_s", "benchmark_wall_s", "diagnostics")}
                       | dict(seed=s["config"]["seed"], setting=_trained_in(setting, s["method"]), sft=sft_start(s))
                       for s in summaries])
 
@@ -517,7 +569,7 @@ def markdown(results: list[dict]) -> str:
 def write(workdir: Path, out: Path, seconds: float) -> list[dict]:
     """learning_hard.{json,png,md} from every setting's finished runs: those in the workdir, and those
     the results in ``out`` already hold."""
-    kept = recorded(out)
+    kept = recorded_before() | recorded(out)
     results = [r for r in (report(s, workdir, kept) for s in SETTINGS) if r is not None]
     if not results:
         return results
@@ -629,7 +681,8 @@ def main() -> None:
 
     start = time.perf_counter()
     workdir = args.workdir.resolve()
-    jobs = [] if args.report else to_train(args.setting, args.methods, args.seeds, workdir, recorded(args.out),
+    jobs = [] if args.report else to_train(args.setting, args.methods, args.seeds, workdir,
+                                           recorded_before() | recorded(args.out),
                                            args.same_start)
     for job in jobs:
         set_aside(job, workdir)

@@ -122,7 +122,7 @@ def test_city_and_full_runs_evaluate_sampled_too(lh, tmp_path, monkeypatch):
     lh.train("city", "online_from_sft", 0, tmp_path)
     lh.train("weak", "archer", 0, tmp_path)
     lh.train("full", "ppo_gae", 1, tmp_path)  # the full game's runs share one SFT
-    assert calls == [["eval_sampled=True"], [],
+    assert calls == [["eval_sampled=True"], [f"sft.cache={tmp_path}/weak/sft_cache"],
                      ["ppo.adv_estimator=gae", "eval_sampled=True", f"sft.cache={tmp_path}/full/sft_cache"]]
 
 
@@ -161,12 +161,11 @@ def test_samples_after_a_warm_up_are_counted_from_the_policys_first_update(lh, t
     assert reading["after_first_update"] == {"archer": [0], lh.METHODS["archer_warm"][0]: [100]}
 
 
-def test_runs_the_results_hold_are_kept_when_their_workdir_is_gone(lh, tmp_path):
-    workdir, out = tmp_path / "runs", tmp_path / "results"
+def write_runs(lh, workdir, trained: dict) -> None:
+    """Finished runs in ``workdir``: ``{(setting, method, seed): eval returns}``, each with five
+    iterations of games (the policy's first update in the second)."""
     games = [{"iteration": i, "env_samples": 100 * i, "rollout/return": -10.0 + i, "rollout/success": 0.0,
-              "time/actor": 0.0 if i == 1 else 1.0} for i in range(1, 6)]
-    trained = {("weak", "archer", 0): [-10.0, -9.0], ("weak", "chai", 1): [-10.0, -7.0],
-               ("utd", "archer_warm", 2): [-10.0, -8.0]}  # a utd run that only the weak table shows
+              "critic/q1/std": 0.5 * i, "time/actor": 0.0 if i == 1 else 1.0} for i in range(1, 6)]
     for (setting, method, seed), returns in trained.items():
         run = lh.run_dir(workdir, setting, method, seed)
         run.mkdir(parents=True)
@@ -176,9 +175,18 @@ def test_runs_the_results_hold_are_kept_when_their_workdir_is_gone(lh, tmp_path)
         s["eval_success_after"] = 0.5
         (run / "summary.json").write_text(json.dumps(s))
         (run / "history.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
+
+
+def test_runs_the_results_hold_are_kept_when_their_workdir_is_gone(lh, tmp_path, monkeypatch):
+    monkeypatch.setattr(lh, "BEFORE", tmp_path / "no_before.json")
+    workdir, out = tmp_path / "runs", tmp_path / "results"
+    trained = {("weak", "archer", 0): [-10.0, -9.0], ("weak", "chai", 1): [-10.0, -7.0],
+               ("ablate", "archer_center", 0): [-10.0, -8.0]}  # the ablations' table shows weak's archer too
+    write_runs(lh, workdir, trained)
     first = lh.write(workdir, out, 0.0)
     kept = lh.recorded(out)
-    assert set(kept) == set(trained) and kept[("utd", "archer_warm", 2)]["actor_from"] == 200
+    assert set(kept) == set(trained) and kept[("ablate", "archer_center", 0)]["actor_from"] == 200
+    assert [d["q1_std"] for d in kept[("weak", "archer", 0)]["diagnostics"]] == [0.5, 1.0, 1.5, 2.0, 2.5]
     # The workdir is gone: the tables are the same, and no recorded run is trained again.
     again = lh.write(tmp_path / "elsewhere", out, 0.0)
     assert [r["quality"] for r in again] == [r["quality"] for r in first]
@@ -186,7 +194,7 @@ def test_runs_the_results_hold_are_kept_when_their_workdir_is_gone(lh, tmp_path)
     assert [r["first_update"] for r in again] == [r["first_update"] for r in first]
     jobs = lh.to_train(["weak"], ["archer", "chai"], [0, 1], tmp_path / "elsewhere", lh.recorded(out))
     assert jobs == [("weak", "chai", 0), ("weak", "archer", 1)]
-    assert ("utd", "archer_warm", 2) not in lh.to_train(["utd"], ["archer_warm"], [2], tmp_path, kept)
+    assert lh.to_train(["ablate"], ["archer_center"], [0], tmp_path, kept) == []
     # A finished run in the workdir takes the place of its record.
     run = lh.run_dir(tmp_path / "elsewhere", "weak", "chai", 1)
     run.mkdir(parents=True)
@@ -251,3 +259,22 @@ def test_same_start_trains_again_the_runs_from_another_sft_start(lh, tmp_path, m
         lh.set_aside(job, workdir)
     assert not finished_here.exists()
     assert json.loads((finished_here.with_name("filtered_bc_seed0.other_start") / "summary.json").read_text())["sft"] == other
+
+
+def test_the_tables_show_archer_before_the_fixes_and_carry_what_they_left_alone(lh, tmp_path, monkeypatch):
+    """The results of the code before the fixes: their ArCHer runs appear beside the fixed code's as
+    "before the fixes"; filtered BC's (a code path the fixes left alone) are read as this code's and
+    not trained again; their other runs are not shown."""
+    old_workdir, old_out = tmp_path / "old", tmp_path / "old_results"
+    write_runs(lh, old_workdir, {("weak", "archer", 0): [-9.0, -10.0], ("weak", "filtered_bc", 0): [-9.0, -8.5],
+                                 ("weak", "ppo_gae", 0): [-9.0, -12.0]})
+    monkeypatch.setattr(lh, "BEFORE", tmp_path / "none.json")
+    lh.write(old_workdir, old_out, 0.0)
+    monkeypatch.setattr(lh, "BEFORE", old_out / lh.FILES[0])
+    workdir, out = tmp_path / "runs", tmp_path / "results"
+    write_runs(lh, workdir, {("weak", "archer", 0): [-9.0, -8.0]})
+    (weak,) = [r for r in lh.write(workdir, out, 0.0) if r["setting"] == "weak"]
+    finals = {row["agent"]: row["after_mean"] for row in weak["quality"]}
+    assert finals == {"ArCHer, before the fixes": -10.0, "ArCHer": -8.0, "filtered BC (online)": -8.5}
+    kept = lh.recorded_before() | lh.recorded(out)
+    assert lh.to_train(["weak"], ["archer", "filtered_bc", "ppo_gae"], [0], workdir, kept) == [("weak", "ppo_gae", 0)]
