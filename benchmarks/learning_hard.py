@@ -140,6 +140,9 @@ METHODS = {
                        ["learner.score_stop_token=False"], None),
     "archer_center": ("ArCHer, batch-centred advantage", "archer", ["learner.center_advantage=True"], None),
     "archer_warmup20": ("ArCHer, critic alone for 20 iterations", "archer", ["warmup_iter=20"], None),
+    # Gradient clipping off for both networks: whether clipping changes the update at all (the
+    # official code clips the actor's gradient by a norm that also counts the critic's last one).
+    "archer_no_clip": ("ArCHer, no gradient clipping", "archer", ["learner.max_grad_norm=1e9"], None),
     # Guess My City: offline ArCHer on the official dialogues, online ArCHer from it and from SFT. All
     # three start from the same SFT warm start (configs/city.py:tiny's) and play the same 15 turns,
     # so offline ArCHer's gain is over that start; from a random tiny GPT-2 its 250 actor steps on
@@ -154,7 +157,7 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
              ("archer", "ppo_gae_lam1", "ppo_gae", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
     "ablate": ("20Q subset, weak start: ArCHer's departures from the official recipe, one at a time (seed 0)", WEAK,
                ("archer_no_pretrain", "archer_utd4_init", "archer_lr1e6", "archer_official_batch", "archer_no_stop",
-                "archer_center", "archer_warmup20"), (0,)),
+                "archer_center", "archer_warmup20", "archer_no_clip"), (0,)),
     "full": ("20Q, all 157 objects, small models (configs/20q.py:small)", SMALL,
              ("archer", "ppo_gae_lam1", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
     "city": ("Guess My City: offline, offline then online, online from SFT", CITY,
