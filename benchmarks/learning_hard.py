@@ -131,6 +131,7 @@ METHODS = {
     # "archer" (the weak preset: 10 critic and 3 actor steps an iteration, 5 critic-only iterations,
     # actor_lr 1e-5 on batches of 32, the critic's encoder pretrained, the stop token scored).
     "archer_no_pretrain": ("ArCHer, critic encoder not pretrained", "archer", ["critic_pretrain.steps=0"], None),
+    "archer_init9": ("ArCHer, critic from -9", "archer", ["critic_init_value=-9.0"], None),
     "archer_utd4_init": ("ArCHer, 4x steps, critic from -9", "archer",
                          ["critic_steps=40", "actor_steps=12", "critic_init_value=-9.0"], None),
     "archer_lr1e6": ("ArCHer, actor_lr 1e-6 (the official 20Q rate)", "archer", ["learner.actor_lr=1e-6"], None),
@@ -156,7 +157,7 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
     "weak": ("20Q subset, weak SFT start (configs/20q.py:weak)", WEAK,
              ("archer", "ppo_gae_lam1", "ppo_gae", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
     "ablate": ("20Q subset, weak start: ArCHer's departures from the official recipe, one at a time (seed 0)", WEAK,
-               ("archer_no_pretrain", "archer_utd4_init", "archer_lr1e6", "archer_official_batch", "archer_no_stop",
+               ("archer_no_pretrain", "archer_init9", "archer_utd4_init", "archer_lr1e6", "archer_official_batch", "archer_no_stop",
                 "archer_center", "archer_warmup20", "archer_no_clip"), (0,)),
     "full": ("20Q, all 157 objects, small models (configs/20q.py:small)", SMALL,
              ("archer", "ppo_gae_lam1", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
