@@ -79,6 +79,7 @@ CITY_DATA = ROOT.parent / "shared" / "data" / "guess_my_city.json"  # the offici
 # configs/city.py:tiny's turn limit and SFT warm start, for the offline city run.
 CITY_SFT = ("env.max_turns=15", "sft.steps=300", "sft.lr=1e-3", "sft.batch_size=32", "sft.dialogues=256",
             "sft.experts=optimal,random_order")
+X1 = ["critic_steps=10", "actor_steps=3", "critic_init_value=0.0"]  # the tiny preset's recipe on the weak start
 # method: (label, agent, overrides, config or None for the setting's). "{offline}" in an override is
 # the path of the same seed's "offline_archer" run, trained first.
 METHODS = {
@@ -128,12 +129,11 @@ METHODS = {
     "ppo_gae_mb16": ("PPO + gae, lam 1, minibatches of 16", "ppo",
                      ["ppo.adv_estimator=gae", "ppo.lam=1.0", "batch_size=16"], None),
     # The fixed recipe's departures from the official one, one at a time (setting "ablate"), against
-    # "archer" (the weak preset: 10 critic and 3 actor steps an iteration, 5 critic-only iterations,
-    # actor_lr 1e-5 on batches of 32, the critic's encoder pretrained, the stop token scored).
+    # "archer" (the weak preset: 40 critic and 12 actor steps an iteration, the critic's heads from -9,
+    # 5 critic-only iterations, actor_lr 1e-5 on batches of 32, the critic's encoder pretrained, the
+    # stop token scored, each network's gradient clipped at 1).
     "archer_no_pretrain": ("ArCHer, critic encoder not pretrained", "archer", ["critic_pretrain.steps=0"], None),
-    "archer_init9": ("ArCHer, critic from -9", "archer", ["critic_init_value=-9.0"], None),
-    "archer_utd4_init": ("ArCHer, 4x steps, critic from -9", "archer",
-                         ["critic_steps=40", "actor_steps=12", "critic_init_value=-9.0"], None),
+    "archer_init0": ("ArCHer, critic from 0", "archer", ["critic_init_value=0.0"], None),
     "archer_lr1e6": ("ArCHer, actor_lr 1e-6 (the official 20Q rate)", "archer", ["learner.actor_lr=1e-6"], None),
     "archer_official_batch": ("ArCHer, actor_lr 1e-6 on batches of 256 (the official)", "archer",
                               ["learner.actor_lr=1e-6", "grad_accum_steps=8"], None),
@@ -144,6 +144,17 @@ METHODS = {
     # Gradient clipping off for both networks: whether clipping changes the update at all (the
     # official code clips the actor's gradient by a norm that also counts the critic's last one).
     "archer_no_clip": ("ArCHer, no gradient clipping", "archer", ["learner.max_grad_norm=1e9"], None),
+    # The same departures first measured on the tiny preset's recipe (setting "ablate_1x": 10 critic
+    # and 3 actor steps an iteration, the critic from 0), which showed the update-to-data ratio and
+    # the critic's start to be what the weak start needs.
+    **{f"x1_{name}": (f"ArCHer 1x, {label}", "archer", [*X1, *keys], None) for name, label, keys in (
+        ("default", "the tiny preset's recipe", []),
+        ("no_pretrain", "critic encoder not pretrained", ["critic_pretrain.steps=0"]),
+        ("init9", "critic from -9", ["critic_init_value=-9.0"]),
+        ("center", "batch-centred advantage", ["learner.center_advantage=True"]),
+        ("no_stop", "a_pi scored without its stop token", ["learner.score_stop_token=False"]),
+        ("lr1e6", "actor_lr 1e-6", ["learner.actor_lr=1e-6"]),
+        ("warmup20", "critic alone for 20 iterations", ["warmup_iter=20"]))},
     # Guess My City: offline ArCHer on the official dialogues, online ArCHer from it and from SFT. All
     # three start from the same SFT warm start (configs/city.py:tiny's) and play the same 15 turns,
     # so offline ArCHer's gain is over that start; from a random tiny GPT-2 its 250 actor steps on
@@ -157,8 +168,10 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
     "weak": ("20Q subset, weak SFT start (configs/20q.py:weak)", WEAK,
              ("archer", "ppo_gae_lam1", "ppo_gae", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
     "ablate": ("20Q subset, weak start: ArCHer's departures from the official recipe, one at a time (seed 0)", WEAK,
-               ("archer_no_pretrain", "archer_init9", "archer_utd4_init", "archer_lr1e6", "archer_official_batch", "archer_no_stop",
+               ("archer_no_pretrain", "archer_init0", "archer_lr1e6", "archer_official_batch", "archer_no_stop",
                 "archer_center", "archer_warmup20", "archer_no_clip"), (0,)),
+    "ablate_1x": ("20Q subset, weak start, the tiny preset's recipe (1x steps, critic from 0): one change at a time "
+                  "(seed 0)", WEAK, tuple(m for m in METHODS if m.startswith("x1_")), (0,)),
     "full": ("20Q, all 157 objects, small models (configs/20q.py:small)", SMALL,
              ("archer", "ppo_gae_lam1", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
     "city": ("Guess My City: offline, offline then online, online from SFT", CITY,
@@ -169,15 +182,16 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
 # (and the critic's pretraining) is the same for every seed and method: its runs share it
 # ("{workdir}": --workdir; the weak start's ablations share the weak start's).
 SETTING_OVERRIDES = {"weak": ["sft.cache={workdir}/weak/sft_cache"], "ablate": ["sft.cache={workdir}/weak/sft_cache"],
+                     "ablate_1x": ["sft.cache={workdir}/weak/sft_cache"],
                      "city": ["eval_sampled=True"], "full": ["eval_sampled=True", "sft.cache={workdir}/full/sft_cache"]}
 # The full game's SFT start, kept with the results: XLA's CPU programs round differently on another
 # host, so an SFT recomputed elsewhere is another start (greedy -16.34 on one host, -16.06 on the
 # next). Its entries are copied into the workdir's cache before any run, so that every run on any
 # host starts from them while this package's source (part of the cache key) is unchanged.
 SFT_KEPT = {"full": RESULTS / "learning_hard_sft"}
-# The runs a setting's tables take from another setting (the same config and method): the ablations
-# are read against the weak start's ArCHer.
-BORROWS = {"ablate": {"weak": ("archer",)}}
+# The runs a setting's tables take from another setting (the same config and method): both ablations
+# are read against the weak start's ArCHer (the kept recipe).
+BORROWS = {"ablate": {"weak": ("archer",)}, "ablate_1x": {"weak": ("archer",)}}
 # The code before the fixes to ArCHer's recipe: its results, and the ArCHer runs of each setting that
 # the tables show beside the fixed code's ("before_<method>"). Its runs of the methods whose code path
 # the fixes left alone (CARRIED: no critic and no policy gradient, or offline on a dataset) are this

@@ -69,7 +69,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     }, micro={
         "rollout_size": 4, "eval_size": 4, "env.max_turns": 4, "sft.steps": 4, "sft.batch_size": 8, "sft.dialogues": 4,
     }, more={
-        "weak": {"sft.experts": "optimal,random,random,random", "iterations": 40},
+        # 4x the tiny preset's learner steps (closer to the official update-to-data ratio: 50 critic
+        # steps of 256 per 128 dialogues) and the critic's heads started at a lost game's value
+        # (-(1 - 0.95^12) / 0.05 = -9.2), not 0, which TD would close by about 0.5% a step.
+        "weak": {"sft.experts": "optimal,random,random,random", "iterations": 40,
+                 "critic_steps": 40, "actor_steps": 12, "critic_init_value": -9.0},
         "small": {"env.name": "twenty_questions", "env.max_turns": 20, "model.policy": "small:gpt2",
                   "model.critic": "small:roberta", "sft.experts": "optimal",
                   "sft.dialogues": 1024, "sft.steps": 600},
