@@ -28,9 +28,11 @@ which one in four is the optimal expert's and three are a random player's (rando
 game, now and then a random guess), so the warm-started policy wins about a quarter of the
 evaluation games (eval return -9.1, success 0.28, where the optimal expert's return is -3.1), and
 40 iterations for RL to climb from there. ``benchmarks/learning_hard.py`` compares the methods on it.
-Most of that policy's sampled turns are invalid questions; ArCHer climbs from it with the paper's
-critic warm-up (``--config.warmup_iter=20 --config.critic_steps=40 --config.actor_steps=12``), not
-with the tiny preset's five warm-up iterations.
+Most of that policy's sampled turns are invalid questions. Its ArCHer takes 4x the tiny preset's
+learner steps (40 critic and 12 actor steps an iteration: nearer the official update-to-data ratio)
+and starts its critic's heads at -9, the value of a game lost at the 12-turn limit: with the tiny
+preset's 10 and 3 steps and a critic from 0 its critic barely tells states apart for 20 iterations
+and its sampled play hardly improves (the ablations in benchmarks/README.md).
 
 ``small`` is the full game (157 objects, 20 turns, the embedded oracle) on a CPU: a 4-layer,
 128-wide GPT-2 and a matching RoBERTa built offline (``small:gpt2``, ``small:roberta``), SFT on
