@@ -201,7 +201,8 @@ BEFORE_ARCHER = {"weak": ("archer", "archer_warm", "archer_init"),
                  "full": ("archer_warm10", "archer_warm", "archer_warm_long", "archer_init")}
 CARRIED = {("weak", "filtered_bc"), ("full", "filtered_bc"), ("city", "offline_archer")}
 for _method in sorted({m for ms in BEFORE_ARCHER.values() for m in ms}):
-    METHODS[f"before_{_method}"] = (f"{METHODS[_method][0]}, before the fixes", "archer", METHODS[_method][2], None)
+    _label = "ArCHer 1x (the tiny preset's recipe)" if _method == "archer" else METHODS[_method][0]
+    METHODS[f"before_{_method}"] = (f"{_label}, before the fixes", "archer", METHODS[_method][2], None)
 # A method whose runs start from another method's run of the same seed, trained first.
 STARTS_FROM = {"online_from_offline": "offline_archer"}
 FILES = ("learning_hard.json", "learning_hard.png", "learning_hard.md")
@@ -503,7 +504,8 @@ def report(setting: str, workdir: Path, kept: dict | None = None) -> dict | None
     return dict(setting=setting, title=title, config=config, **measures(summaries),
                 sampled=dict(window=WINDOW, **measures(played)) if played else None,
                 sampled_evaluation=measures(evaluated) if evaluated else None,
-                overrides={m: [o.replace(str(ROOT.parent), "..") for o in METHODS[m][2] + SETTING_OVERRIDES.get(setting, [])]
+                overrides={m: [o.replace(str(ROOT.parent), "..") for o in METHODS[m][2] + (
+                    [] if m.startswith("before_") else SETTING_OVERRIDES.get(setting, []))]
                            for m in dict.fromkeys(s["method"] for s in summaries)},
                 first_update={a: statistics.mean(v) for a, v in _first_updates(summaries).items()},
                 sft_starts=sft_starts(summaries),

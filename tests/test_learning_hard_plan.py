@@ -275,6 +275,7 @@ def test_the_tables_show_archer_before_the_fixes_and_carry_what_they_left_alone(
     write_runs(lh, workdir, {("weak", "archer", 0): [-9.0, -8.0]})
     (weak,) = [r for r in lh.write(workdir, out, 0.0) if r["setting"] == "weak"]
     finals = {row["agent"]: row["after_mean"] for row in weak["quality"]}
-    assert finals == {"ArCHer, before the fixes": -10.0, "ArCHer": -8.0, "filtered BC (online)": -8.5}
+    assert finals == {"ArCHer 1x (the tiny preset's recipe), before the fixes": -10.0, "ArCHer": -8.0,
+                      "filtered BC (online)": -8.5}
     kept = lh.recorded_before() | lh.recorded(out)
     assert lh.to_train(["weak"], ["archer", "filtered_bc", "ppo_gae"], [0], workdir, kept) == [("weak", "ppo_gae", 0)]
