@@ -39,7 +39,8 @@ and its sampled play hardly improves (the ablations in benchmarks/README.md).
 1024 of the optimal expert's dialogues (600 steps, about 15 minutes on a 2-core CPU). The policy
 learns the expert's question tree but not every leaf, so it wins about a third of the evaluation
 games (greedy -16.3, success 0.28; sampled -15.5, 0.34), against the expert's -8: room for RL to
-climb. The start is sensitive: an SFT that differed from it only in float rounding (another
+climb. Its ArCHer takes the weak start's recipe (40 critic and 12 actor steps an iteration, the
+critic's heads from -13, a lost game's value). The start is sensitive: an SFT that differed from it only in float rounding (another
 compiled program over the same arithmetic) played greedy -14.4, success 0.44, so runs compared
 with each other should share one SFT (``--config.sft.cache``). A mix with faulty experts (random order, redundant questions) leaves this policy far from
 fitting after the same steps (SFT loss 12 per utterance against 0.3): it never names an object
@@ -76,7 +77,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         # (-(1 - 0.95^12) / 0.05 = -9.2), not 0, which TD would close by about 0.5% a step.
         "weak": {"sft.experts": "optimal,random,random,random", "iterations": 40,
                  "critic_steps": 40, "actor_steps": 12, "critic_init_value": -9.0},
+        # ArCHer as on the weak start: 4x the tiny preset's learner steps, the critic's heads from a
+        # lost 20-turn game's value (-(1 - 0.95^20) / 0.05 = -12.8).
         "small": {"env.name": "twenty_questions", "env.max_turns": 20, "model.policy": "small:gpt2",
                   "model.critic": "small:roberta", "sft.experts": "optimal",
-                  "sft.dialogues": 1024, "sft.steps": 600},
+                  "sft.dialogues": 1024, "sft.steps": 600,
+                  "critic_steps": 40, "actor_steps": 12, "critic_init_value": -13.0},
     })
