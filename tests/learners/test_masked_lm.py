@@ -72,6 +72,7 @@ def test_masking_follows_berts_rule():
     assert abs((inputs[weights] == ids[weights]).sum() / scored - 0.1) < 0.03
 
 
+@pytest.mark.slow
 def test_pretraining_learns_the_games_text_and_leaves_the_heads(tiny_dirs, tokenizers):
     """40 steps on the dialogues lower the masked-LM loss and spread the pooled embeddings of
     different dialogues apart (a random encoder's are nearly identical); the critic's parameters
