@@ -74,11 +74,13 @@ def chai_actions(
     max_length: int = 512,
     row_ids: Sequence[int] | None = None,
     prompts: Sequence[np.ndarray] | None = None,
+    action_in_context: bool = False,
 ) -> ChaiChoice:
     """For each observation, ``k`` samples from the (frozen) policy scored by the target critic's
     ``min(Q̄1, Q̄2)``; the highest-scoring one is chosen. The prompt is run through the policy
     once per observation (the sampler's fan-out) and encoded once by the critic. ``prompts``: the
-    policy's prompts in token rows (default: the observations themselves)."""
+    policy's prompts in token rows (default: the observations themselves); ``action_in_context``:
+    the critic reads each candidate after its observation (``model.critic_action="in_context"``)."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     if prompts is None:
@@ -87,7 +89,10 @@ def chai_actions(
         generation = sampler.generate_rows(prompts, key, sampling, model_state=model_state, samples=k, row_ids=row_ids)
     rows = next_power_of_two(len(observations))
     obs = _pad_batch(encode(critic_tokenizer, observations, max_length=max_length), rows)
-    act = _pad_batch(encode(critic_tokenizer, generation.texts, max_length=max_length), rows * k)
+    texts = generation.texts
+    if action_in_context:  # the samples are observation-major, k per observation
+        texts = [observations[i // k] + text for i, text in enumerate(texts)]
+    act = _pad_batch(encode(critic_tokenizer, texts, max_length=max_length), rows * k)
     batch = len(observations) * k
     scores = _q_values(critic_graphdef, target_params, obs, act, k, sampler.matmul_precision)
     q1, q2 = (jnp.reshape(q[:batch], (len(observations), k)) for q in scores)
@@ -120,11 +125,13 @@ def sampled_actor_rows(
     max_length: int = 512,
     row_ids: Sequence[int] | None = None,
     stop_token: bool = True,
+    context: Sequence[str] | None = None,
 ) -> tuple[ActorRows, Generation]:
     """Draws a fresh ``a_π ~ π(·|s)`` for observations in policy and critic token rows (the
     replay buffer's). The policy rows are the sampler's own (its prompt encoding and the sampled
     ids, the stop token included unless ``stop_token`` is False), so the actor trains on exactly
-    what was sampled; only the sampled texts are tokenized again, for the critic. Returns
+    what was sampled; only the sampled texts are tokenized again, for the critic, each after its
+    ``context`` text when given (the observation: ``model.critic_action="in_context"``). Returns
     ``(rows, generation)``."""
     generation = sampler.generate_rows(policy_observations, key, sampling, model_state=model_state, row_ids=row_ids)
     prompt = generation.prompt
@@ -133,7 +140,8 @@ def sampled_actor_rows(
         [ids[mask == 1] for ids, mask in zip(prompt.input_ids, prompt.attention_mask)],
         [tokens[:n - c] for tokens, n, c in zip(generation.tokens, generation.lengths, cut)],
         list(critic_observations),
-        token_rows(critic_tokenizer, generation.texts, max_length=max_length),
+        token_rows(critic_tokenizer, generation.texts if context is None else
+                   [f"{o}{a}" for o, a in zip(context, generation.texts, strict=True)], max_length=max_length),
     )
     return rows, generation
 
@@ -230,6 +238,7 @@ class Acting:
             self.sampler, self.critic_graphdef, self.localize_critic(target), self.pipeline.critic_tokenizer,
             observations, key, self.sampling, k=self.chai_samples, model_state=self.localize(policy),
             max_length=self.pipeline.max_critic_length, row_ids=rows, prompts=self.pipeline.policy_rows(observations),
+            action_in_context=self.pipeline.critic_action_in_context,
         )
 
     def chai_texts(self, policy: nnx.State, target: nnx.State, observations: Sequence[str], key: jax.Array) -> list[str]:
@@ -253,6 +262,7 @@ class Acting:
                 sample["critic_observation"][share.start:share.stop], key, self.sampling,
                 model_state=self.localize(policy), max_length=self.pipeline.max_critic_length, row_ids=share,
                 stop_token=self.score_stop_token,
+                context=sample["observation"][share.start:share.stop] if self.pipeline.critic_action_in_context else None,
             )
         rows = functools.reduce(ActorRows.__add__, allgather_objects(rows))
         return actor_batch_of(rows, self.sampler, self.pipeline.critic_tokenizer, self.sampling,

@@ -36,6 +36,7 @@ KEY_DOCS: dict[str, str] = {
     "model.policy": "the policy: a causal LM (GPT-2, Llama, Mistral, Qwen2) as a hub name, an HF-format directory, "
                     "or tiny:gpt2 / tiny:llama (built offline)",
     "model.critic": "the critic's encoder: a hub name, an HF-format directory, or tiny:roberta (built offline)",
+    "model.critic_action": "the critic's action text: utterance (alone, as the official critic) | in_context (the dialogue so far + the utterance)",
     "model.critic_embedding": "the critic's text embedding: pooler | first_token",
     "model.critic_init": "an official critic to start from: critic_init.safetensors from archer_jax.import_official (\"\" = none)",
     "model.dtype": "compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32 | bfloat16",

@@ -42,6 +42,9 @@ class InputPipeline:
     max_critic_length: int
     max_action_length: int
     prompter: Prompter | None = None
+    # The critic's action text: the utterance alone (the official critic's), or (``model.critic_action
+    # = "in_context"``) the dialogue so far followed by it, one text its encoder reads together.
+    critic_action_in_context: bool = False
 
     def __post_init__(self):
         if self.prompter is None:
@@ -70,6 +73,17 @@ class InputPipeline:
     def critic_rows(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Texts in critic token rows (left-truncated to ``max_critic_length``)."""
         return token_rows(self.critic_tokenizer, texts, max_length=self.max_critic_length)
+
+    def critic_action_texts(self, observations: Sequence[str], actions: Sequence[str]) -> list[str]:
+        """What the critic reads as each action: the utterance, or the observation followed by it
+        (``critic_action_in_context``; left-truncated, so the utterance and the latest turns stay)."""
+        if not self.critic_action_in_context:
+            return list(actions)
+        return [f"{o}{a}" for o, a in zip(observations, actions, strict=True)]
+
+    def critic_action_rows(self, observations: Sequence[str], actions: Sequence[str]) -> list[np.ndarray]:
+        """:meth:`critic_action_texts` in critic token rows."""
+        return self.critic_rows(self.critic_action_texts(observations, actions))
 
     def transitions(self, episodes: Sequence[Episode], first_episode: int) -> dict[str, list]:
         """The replay columns of ``episodes`` (numbered from ``first_episode``): texts, rewards,
@@ -103,7 +117,8 @@ class InputPipeline:
         rows = dict(policy_observation=self.policy_rows(observations),
                     policy_action=self.demonstration_rows(actions) if demonstrations else self.action_rows(actions))
         if self.critic_tokenizer is not None:
-            rows.update(critic_observation=self.critic_rows(observations), critic_action=self.critic_rows(actions),
+            rows.update(critic_observation=self.critic_rows(observations),
+                        critic_action=self.critic_action_rows(observations, actions),
                         critic_next_observation=self.critic_rows(next_observations))
         return rows
 

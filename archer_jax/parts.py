@@ -120,7 +120,8 @@ class Parts:
         self.networks = run_networks(c, self.mesh, self.actor_module, critic)
         prompter = Prompter(prompts.get(c.model.prompt_format), policy_tokenizer)
         self.pipeline = InputPipeline(policy_tokenizer, critic_tokenizer, sampler.max_prompt_length, max_critic_length,
-                                      c.sampling.max_new_tokens, prompter)
+                                      c.sampling.max_new_tokens, prompter,
+                                      critic_action_in_context=c.model.critic_action == "in_context")
         self.acting = Acting(
             sampler, self.pipeline, sampling=SamplingParams(**c.sampling, stop_strings=prompter.stop_strings),
             critic_graphdef=self.networks.critic_graphdef, chai_samples=c.chai_samples,

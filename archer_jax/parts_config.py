@@ -76,6 +76,10 @@ class ModelConfig:
     policy: str = "gpt2"  # hub name, HF-format directory, or tiny:gpt2 / tiny:llama
     critic: str = "roberta-base"  # hub name, HF-format directory, or tiny:roberta
     critic_embedding: str = "pooler"  # pooler | first_token
+    # What the critic's encoder reads as an action: "utterance" (the utterance alone, encoded apart
+    # from the observation: the official critic) or "in_context" (the dialogue so far followed by the
+    # utterance, one text: its encoder can then compare the utterance with the turns before it).
+    critic_action: str = "utterance"
     # The official ArCHer critic to start from: the critic_init.safetensors that
     # `python -m archer_jax.import_official trainer.pt` writes (its encoder, heads and target). "" = none.
     critic_init: str = ""
@@ -99,6 +103,7 @@ class ModelConfig:
 
     def __post_init__(self):
         _choice(self, "critic_embedding", EMBEDDINGS)
+        _choice(self, "critic_action", ("utterance", "in_context"))
         _choice(self, "dtype", DTYPES)
         _choice(self, "matmul_precision", MATMUL_PRECISIONS)
         _choice(self, "remat", tuple(REMAT_POLICIES))

@@ -117,7 +117,7 @@ def step_inputs(name: str, agent, parts: PlanParts, rows: int) -> tuple:
     tok = n.batch_sharding(2)
     obs, act, crit = (_tokens(rows, parts.max_prompt_length, tok), _tokens(rows, parts.action_length, tok),
                       _tokens(rows, parts.max_critic_length, tok))
-    crit_act = _tokens(rows, parts.action_length, tok)
+    crit_act = _tokens(rows, parts.critic_action_length, tok)
     vector = jax.ShapeDtypeStruct((rows,), jnp.float32, sharding=n.batch_sharding(1))
     per_token = jax.ShapeDtypeStruct((rows, parts.action_length), jnp.float32, sharding=tok)
     actor = n.abstract_actor(agent.actor_tx, agent.actor_target)

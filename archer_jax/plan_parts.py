@@ -91,6 +91,9 @@ class PlanParts:
         self.max_critic_length = (run_parts.critic_length(c, critic.encoder.config) if critic is not None
                                   else c.model.max_critic_length)
         self.action_length = next_power_of_two(c.sampling.max_new_tokens)  # the pipeline's action bucket
+        # The critic's action rows: the utterance's bucket, or an observation's with the utterance after it.
+        self.critic_action_length = (self.max_critic_length if c.model.critic_action == "in_context"
+                                     else self.action_length)
         vocab = actor.policy.config.vocab_size
         self.decoder = Decoder(actor.policy, lambda sampling: np.zeros(vocab, bool), pad_id=0, mesh=self.host_mesh,
                                max_prompt_length=self.max_prompt_length, matmul_precision=c.model.matmul_precision)

@@ -106,7 +106,7 @@ class ArCHer(Agent):
         for step in range(self.config.critic_steps):
             sample = replay.sample(parts.batch)
             pi_texts = self.pi_actions(States(states.actor, critic), sample, parts.key_for(CRITIC, iteration, step))
-            batch = parts.pipeline.critic_batch(sample, parts.pipeline.critic_rows(pi_texts))
+            batch = parts.pipeline.critic_batch(sample, parts.pipeline.critic_action_rows(sample["observation"], pi_texts))
             critic, metrics = self.critic_step(critic, batch)
             parts.metrics.add("critic", metrics)
         return States(states.actor, critic)

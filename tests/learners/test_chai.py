@@ -91,3 +91,34 @@ def test_chai_acts_with_the_best_pessimistic_target_q(tiny_dirs, tokenizers, sam
         np.testing.assert_allclose(choice.values[i], scores, atol=1e-4)
         assert choice.index[i] == int(np.argmax(scores))
         assert choice.texts[i] == choice.candidates.texts[i * 4 + choice.index[i]]
+
+
+def test_in_context_the_critic_reads_each_action_after_its_observation(tiny_dirs, tokenizers, sampler):
+    """``model.critic_action="in_context"``: replay rows, a fresh a_π's rows and CHAI's candidates
+    are all the critic's tokens of the observation followed by the utterance (CHAI's scores equal
+    each candidate scored alone that way)."""
+    from archer_jax.input_pipeline import InputPipeline
+
+    pipeline = InputPipeline(*tokenizers, 64, 64, 8, critic_action_in_context=True)
+    obs = OBSERVATIONS[:3]
+    acts = ["Is it a dog?", "Is it red?", "Is it a pen?"]
+    rows = pipeline.critic_action_rows(obs, acts)
+    assert tokenizers[1].batch_decode(rows, skip_special_tokens=True) == [o + a for o, a in zip(obs, acts)]
+    assert pipeline.critic_action_texts(obs, acts) == [o + a for o, a in zip(obs, acts)]
+    assert InputPipeline(*tokenizers, 64, 64, 8).critic_action_texts(obs, acts) == acts
+    sampling = SamplingParams(max_new_tokens=6)
+    actor_rows, generation = acting.sampled_actor_rows(
+        sampler, tokenizers[1], token_rows(tokenizers[0], obs, max_length=sampler.prompt_limit(sampling)),
+        token_rows(tokenizers[1], obs, max_length=512), jax.random.key(2), sampling, context=obs)
+    assert tokenizers[1].batch_decode(actor_rows.critic_actions, skip_special_tokens=True) == \
+        [o + t for o, t in zip(obs, generation.texts)]
+    _, critic = make_modules(tiny_dirs, seed=3)
+    graphdef, params = learners.split_params(critic)
+    choice = acting.chai_actions(sampler, graphdef, params, tokenizers[1], obs, jax.random.key(1), sampling, k=2,
+                                 action_in_context=True)
+    for i, o in enumerate(obs):
+        for j in range(2):
+            s = batches.tokenize(tokenizers[1], [o], 64)
+            a = batches.tokenize(tokenizers[1], [o + choice.candidates.texts[i * 2 + j]], 64)
+            v = critic(learners.Tokens(*map(jnp.asarray, s)), learners.Tokens(*map(jnp.asarray, a)))
+            np.testing.assert_allclose(choice.values[i, j], float(jnp.minimum(v.q1, v.q2)[0]), atol=1e-4)
