@@ -144,6 +144,10 @@ METHODS = {
     # Gradient clipping off for both networks: whether clipping changes the update at all (the
     # official code clips the actor's gradient by a norm that also counts the critic's last one).
     "archer_no_clip": ("ArCHer, no gradient clipping", "archer", ["learner.max_grad_norm=1e9"], None),
+    # The setting that spread the policy in an earlier version (log-probs already at the sampling
+    # temperature): top_p 1 and a critic from random weights.
+    "archer_top_p1_no_pretrain": ("ArCHer, top_p 1, critic encoder not pretrained", "archer",
+                                  ["sampling.top_p=1.0", "critic_pretrain.steps=0"], None),
     # Not a departure but an option: the critic reads each utterance after the dialogue it answers,
     # so that its encoder can see a question asked before (the separately encoded utterance cannot).
     "archer_in_context": ("ArCHer, the critic reads a_pi in its dialogue", "archer", ["model.critic_action=in_context"],
@@ -173,7 +177,8 @@ SETTINGS = {  # setting: (title, config, methods, seeds)
              ("archer", "ppo_gae_lam1", "ppo_gae", "ppo_grpo", "filtered_bc", "chai"), (0, 1, 2)),
     "ablate": ("20Q subset, weak start: ArCHer's departures from the official recipe, one at a time (seed 0)", WEAK,
                ("archer_no_pretrain", "archer_init0", "archer_lr1e6", "archer_official_batch", "archer_no_stop",
-                "archer_center", "archer_warmup20", "archer_no_clip", "archer_in_context"), (0,)),
+                "archer_center", "archer_warmup20", "archer_no_clip", "archer_in_context", "archer_top_p1_no_pretrain"),
+               (0,)),
     "ablate_1x": ("20Q subset, weak start, the tiny preset's recipe (1x steps, critic from 0): one change at a time "
                   "(seed 0)", WEAK, tuple(m for m in METHODS if m.startswith("x1_")), (0,)),
     "full": ("20Q, all 157 objects, small models (configs/20q.py:small)", SMALL,
