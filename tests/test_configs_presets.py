@@ -60,11 +60,15 @@ def test_further_presets_build_on_tiny_and_are_listed_by_the_error():
     tiny, weak = twenty_q.get_config("tiny").to_dict(), twenty_q.get_config("weak").to_dict()
     assert weak["sft"].pop("experts") == "optimal,random,random,random" and tiny["sft"].pop("experts") == "optimal,random_order"
     assert weak.pop("iterations") == 40 and tiny.pop("iterations") == 30
+    # ArCHer's recipe on the weak start: 4x the tiny preset's learner steps, the critic from -9.
+    assert [weak.pop(k) for k in ("critic_steps", "actor_steps", "critic_init_value")] == [40, 12, -9.0]
+    assert [tiny.pop(k) for k in ("critic_steps", "actor_steps", "critic_init_value")] == [10, 3, 0.0]
     assert weak == tiny
     small = twenty_q.get_config("small")  # the whole game, on the small models built offline
     assert (small.env.name, small.env.max_turns) == ("twenty_questions", 20)
     assert (small.model.policy, small.model.critic) == ("small:gpt2", "small:roberta")
     assert (small.sft.experts, small.sft.dialogues, small.sft.steps) == ("optimal", 1024, 600)
+    assert (small.critic_steps, small.actor_steps, small.critic_init_value) == (40, 12, -13.0)
     with pytest.raises(ValueError, match="known: '', 'tiny', 'micro', 'weak', 'small'"):
         twenty_q.get_config("strong")
 
