@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from archer_jax import sft_cache
+from archer_jax import sft, sft_cache
 from archer_jax.run import report
 from archer_jax.train import build_agent, warm_start
 from tests.train.test_train_app import assert_same_tree, micro
@@ -33,7 +33,7 @@ def _warm_start(c, workdir):
     try:
         states = agent.init_states()
         built = jax.device_get(states.actor.params)
-        states, info = warm_start(agent, states, report.Writers(workdir))
+        states, info = warm_start(agent, states, report.Writers(workdir), sft.demonstrations(c))
         return jax.device_get(states.actor.params), built, info
     finally:
         agent.parts.close()
