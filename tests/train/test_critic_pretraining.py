@@ -8,9 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from archer_jax import sft
-from archer_jax.run import report
-from archer_jax.train import build_agent, critic_warm_start
+from archer_jax.train import critic_warm_start
+from tests.train.test_sft_start import warm_started
 from tests.train.test_train_app import assert_same_tree, micro
 
 pytestmark = pytest.mark.slow
@@ -18,14 +17,8 @@ pytestmark = pytest.mark.slow
 
 def _pretrained(c, workdir):
     """(the critic's parameters and target after the warm start, as built, and its info)."""
-    agent = build_agent(c, workdir)
-    try:
-        states = agent.init_states()
-        built = jax.device_get(states.critic.params)
-        states, info = critic_warm_start(agent, states, report.Writers(workdir), sft.demonstrations(c))
-        return jax.device_get(states.critic.params), jax.device_get(states.critic.target), built, info
-    finally:
-        agent.parts.close()
+    state, built, info = warm_started(c, workdir, critic_warm_start, "critic")
+    return state.params, state.target, built, info
 
 
 def test_the_warm_start_trains_the_encoder_keeps_the_heads_and_is_cached(tmp_path):

@@ -27,16 +27,23 @@ def _config(cache, **overrides):
     return micro(sft__steps=6, sft__batch_size=8, sft__cache=str(cache), **overrides)
 
 
-def _warm_start(c, workdir):
-    """(the actor's trained parameters after the warm start, as built, and the SFT's info)."""
+def warm_started(c, workdir, warm=warm_start, network: str = "actor"):
+    """(``network``'s state after ``warm`` (``train.warm_start`` or ``train.critic_warm_start``),
+    its parameters as built, and the warm start's info)."""
     agent = build_agent(c, workdir)
     try:
         states = agent.init_states()
-        built = jax.device_get(states.actor.params)
-        states, info = warm_start(agent, states, report.Writers(workdir), sft.demonstrations(c))
-        return jax.device_get(states.actor.params), built, info
+        built = jax.device_get(getattr(states, network).params)
+        states, info = warm(agent, states, report.Writers(workdir), sft.demonstrations(c))
+        return jax.device_get(getattr(states, network)), built, info
     finally:
         agent.parts.close()
+
+
+def _warm_start(c, workdir):
+    """(the actor's trained parameters after the warm start, as built, and the SFT's info)."""
+    state, built, info = warm_started(c, workdir)
+    return state.params, built, info
 
 
 @pytest.fixture(scope="module")
