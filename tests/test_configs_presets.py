@@ -63,6 +63,8 @@ def test_further_presets_build_on_tiny_and_are_listed_by_the_error():
     # ArCHer's recipe on the weak start: 4x the tiny preset's learner steps, the critic from -9.
     assert [weak.pop(k) for k in ("critic_steps", "actor_steps", "critic_init_value")] == [40, 12, -9.0]
     assert [tiny.pop(k) for k in ("critic_steps", "actor_steps", "critic_init_value")] == [10, 3, 0.0]
+    # The tiny critic reads a_π in its dialogue; the weak preset's, measured so, the official way.
+    assert weak["model"].pop("critic_action") == "utterance" and tiny["model"].pop("critic_action") == "in_context"
     assert weak == tiny
     small = twenty_q.get_config("small")  # the whole game, on the small models built offline
     assert (small.env.name, small.env.max_turns) == ("twenty_questions", 20)
@@ -84,6 +86,9 @@ def test_the_ppo_presets_are_the_twenty_questions_ones_with_agent_ppo(preset):
     """PPO starts where ArCHer does (same SFT warm start, models, rollouts, evaluation games)."""
     ppo, archer = load("20q_ppo.py").get_config(preset).to_dict(), load("20q.py").get_config(preset).to_dict()
     assert ppo.pop("agent") == "ppo" and archer.pop("agent") == "archer"
+    # PPO's turn-level critic encodes the utterance alone (the tiny ArCHer's reads it in its dialogue).
+    assert ppo["model"].pop("critic_action") == "utterance"
+    archer["model"].pop("critic_action")
     assert ppo == archer
 
 
