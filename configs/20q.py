@@ -25,7 +25,8 @@ see a repeated question; the official critic encodes the utterance alone, and wi
 preset's greedy policy falls into repeating one question (greedy -5.19 -> -9.39 on 3 seeds; with the
 utterance in context -5.27, its warm start's level: this preset does not improve on its SFT start).
 
-``micro`` is ``tiny`` cut to seconds of work, for tests (no critic pretraining).
+``micro`` is ``tiny`` cut to seconds of work, for tests (no critic pretraining; the official
+critic, which encodes the utterance alone).
 
 ``weak`` is ``tiny`` with a weak start, a setting where the methods separate: SFT on dialogues of
 which one in four is the optimal expert's and three are a random player's (random questions of the

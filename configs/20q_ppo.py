@@ -40,5 +40,5 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """The config for ``preset`` of configs/20q.py ("" is the paper's setting) with PPO."""
     c = file_config(Path(__file__).with_name("20q.py"), preset)
     c.agent = "ppo"
-    c.model.critic_action = "utterance"  # the turn-level critic as measured for PPO (the tiny ArCHer's reads it in context)
+    c.model.critic_action = "utterance"  # PPO's turn-level critic as measured (not the tiny ArCHer's)
     return c
