@@ -96,6 +96,17 @@ def test_bad_input_is_one_line_from_preflight(name, tmp_path):
     assert_match(one_line_error(preflight.check, c, workdir), message)
 
 
+@pytest.mark.parametrize("workdir", ["", "  ", "runs/ /x", " runs", "runs/x "])
+def test_blank_workdir_is_refused(workdir, tmp_path, monkeypatch):
+    """An unset ``$WORKDIR`` (``--workdir=``) or a name of spaces would train in the current
+    directory or in one named " ": refused in one line, and nothing is made."""
+    monkeypatch.chdir(tmp_path)
+    message = one_line_error(preflight.check, micro(), workdir)
+    assert message.startswith(f"--workdir: {workdir!r} "), message
+    assert one_line_error(train.train_and_evaluate, micro(), workdir) == message
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.fixture
 def no_models(monkeypatch):
     """Fails the test if a run builds its parts (models, sampler, env pool)."""

@@ -85,7 +85,14 @@ def _check_writable_directory(path: Path, what: str) -> None:
 
 def check_workdir(workdir: str | os.PathLike) -> None:
     """The workdir is (or can be made) a writable directory, and what a run writes there is not
-    blocked by a file of the same name."""
+    blocked by a file of the same name. An empty or blank path (an unset ``$WORKDIR``) is refused:
+    it would train in the current directory, or in one named by spaces."""
+    text = os.fspath(workdir)
+    if not str(text).strip():
+        raise ConfigError(f"--workdir: {text!r} is empty; give the run's directory, e.g. --workdir=runs/20q")
+    if any(part != part.strip() for part in Path(text).parts):
+        raise ConfigError(f"--workdir: {text!r} has a name that is blank or starts or ends with a space; "
+                          "quote the intended path without them")
     if "://" in str(workdir):
         raise ConfigError(f"--workdir: {workdir} is a URL; the workdir is a directory of the file system "
                           "(for a bucket, mount it with gcsfuse and give the mount path: docs/multihost.md)")
