@@ -98,7 +98,7 @@ def test_another_hosts_lock_holds_while_it_is_refreshed_and_is_taken_over_when_s
 def test_two_runs_that_find_one_stale_lock_do_not_both_take_it(tmp_path):
     write_lock(tmp_path, host="another-host", pid=1234, started=1.0e9, refreshed=time.time() - 1000)
     late, early = WorkdirLock(tmp_path), WorkdirLock(tmp_path)
-    stale = late.read()  # both judged it stale; the early one takes it over first
+    stale = (tmp_path / LOCK).read_bytes()  # both judged it stale; the early one takes it over first
     early.acquire()
     try:
         workdir_lock._take_over(late.path, late.token, stale)  # the late one moves aside the file it finds: the early one's, put back
@@ -110,11 +110,15 @@ def test_two_runs_that_find_one_stale_lock_do_not_both_take_it(tmp_path):
     assert not list(tmp_path.glob(f"{LOCK}*"))  # no lock, no temporary or moved-aside file left
 
 
-def test_an_unreadable_lock_is_taken_over(tmp_path, caplog):
-    (tmp_path / LOCK).write_text("{not json")
-    with caplog.at_level(logging.WARNING, logger="archer_jax"), WorkdirLock(tmp_path):
-        pass
-    assert "names nothing readable, which is no longer running" in caplog.text
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2, 3]", b'"a string"', b"null", b"", bytes(range(256)),
+                                     b'{"pid": "x", "host": 7}'])
+def test_a_lock_of_any_content_is_taken_over_once(tmp_path, caplog, content):
+    """Garbage, JSON that is no holder, bytes that are not UTF-8: taken over with one warning."""
+    (tmp_path / LOCK).write_bytes(content)
+    with caplog.at_level(logging.WARNING, logger="archer_jax"), WorkdirLock(tmp_path) as lock:
+        assert lock.read()["token"] == lock.token
+    assert caplog.text.count("which is no longer running: taking it over") == 1, caplog.text
+    assert not list(tmp_path.glob(f"{LOCK}*"))
 
 
 def test_the_lock_is_refreshed_and_released_when_the_run_fails(tmp_path):

@@ -92,18 +92,28 @@ def _write(path: Path, token: str, holder: dict[str, Any], exclusive: bool) -> b
         temp.unlink(missing_ok=True)
 
 
-def _take_over(path: Path, token: str, stale: dict[str, Any]) -> None:
-    """Moves the lock file that names ``stale`` aside, unless another run did first (then the
-    file it moved is put back): two runs that find one stale lock never both take it."""
+def _parse(raw: bytes) -> dict[str, Any]:
+    """The holder a lock file's bytes name; {} for anything this module did not write whole."""
+    try:
+        holder = json.loads(raw.decode())
+    except ValueError:  # not UTF-8 (UnicodeDecodeError) or not JSON
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _take_over(path: Path, token: str, stale: bytes) -> None:
+    """Moves the lock file whose bytes are ``stale`` aside, unless another run did first (then the
+    file it moved is put back): two runs that find one stale lock never both take it. Compared as
+    bytes, so that a file of any content (garbage, JSON that is no holder) is taken over once."""
     aside = path.with_name(f"{LOCK}.stale.{token}")
     try:
         os.rename(path, aside)
     except FileNotFoundError:  # another run moved it first
         return
     try:
-        moved = json.loads(aside.read_text())
-    except (OSError, ValueError):
-        moved = {}
+        moved = aside.read_bytes()
+    except OSError:
+        moved = None
     if moved != stale:  # a lock taken since we looked: it stays
         try:
             os.link(aside, path)
@@ -134,15 +144,14 @@ class WorkdirLock:
 
     def read(self) -> dict[str, Any] | None:
         """The holder the lock file names (None when there is no file; {} when it is unreadable)."""
+        raw = self._read_bytes()
+        return None if raw is None else _parse(raw)
+
+    def _read_bytes(self) -> bytes | None:
         try:
-            text = self.path.read_text()
+            return self.path.read_bytes()
         except FileNotFoundError:
             return None
-        try:
-            holder = json.loads(text)
-        except ValueError:
-            return {}
-        return holder if isinstance(holder, dict) else {}
 
     def _write(self, holder: dict[str, Any], exclusive: bool) -> bool:
         return _write(self.path, self.token, holder, exclusive)
@@ -166,14 +175,15 @@ class WorkdirLock:
             for _ in range(5):  # another run may take or release it between two looks
                 if self._write(self._mine(), exclusive=True):
                     break
-                holder = self.read()
-                if holder is None:
+                raw = self._read_bytes()
+                if raw is None:
                     continue
+                holder = _parse(raw)
                 if self.live(holder):
                     raise WorkdirInUse(self._refusal(holder))
                 log.warning("%s names %s, which is no longer running: taking it over", self.path,
                             self._describe(holder) if holder else "nothing readable")
-                _take_over(self.path, self.token, holder)
+                _take_over(self.path, self.token, raw)
             if (self.read() or {}).get("token") != self.token:
                 raise WorkdirInUse(self._refusal(self.read() or {}))
         except OSError as e:
