@@ -16,7 +16,7 @@ class TrainingError(RuntimeError):
 
 
 class RunInterrupted(TrainingError):
-    """SIGINT or SIGTERM stopped the run (after saving a checkpoint, where there was one to save)."""
+    """SIGINT, SIGTERM or SIGHUP stopped the run (after saving a checkpoint, where there was one to save)."""
 
     def __init__(self, signal_name: str, message: str):
         super().__init__(message)

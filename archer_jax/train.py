@@ -22,8 +22,8 @@ k's checkpoint (:class:`archer_jax.rollout.AheadRollout`); ``loop.collected`` sa
 rollouts the replay buffer holds.
 
 A workdir that already holds a checkpoint is resumed from its newest one that loads, exactly; a
-changed config is applied or refused as :mod:`archer_jax.run.config_changes` says. SIGINT/SIGTERM
-save a checkpoint and stop; every stop (a signal, non-finite losses, an error) writes the reports.
+changed config is applied or refused as :mod:`archer_jax.run.config_changes` says. SIGINT/SIGTERM/
+SIGHUP save a checkpoint and stop; every stop (a signal, non-finite losses, an error) writes the reports.
 
 Several hosts (a TPU pod slice, or ``--coordinator/--num_processes/--process_id`` on every host)
 run the same command; each plays its share of the games and the learner steps span every host's
@@ -65,7 +65,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, *
     """Trains (or resumes) the run in ``workdir``; returns the summary written to summary.json.
 
     A resume may change the config only as :mod:`archer_jax.run.config_changes` allows (other keys
-    need ``allow_config_changes``). SIGINT/SIGTERM stop the run with a checkpoint
+    need ``allow_config_changes``). SIGINT/SIGTERM/SIGHUP stop the run with a checkpoint
     (:mod:`archer_jax.run.interrupts`), raising :class:`RunInterrupted`; every stop writes the reports.
     """
     preflight.check(config, workdir)  # validate(config), then every check that needs no model
@@ -130,7 +130,7 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
                     _save_if_finite(checkpoints, states, replay, loop, session_start)
                 if stopping:
                     break
-            if interrupts.stop_requested():  # SIGINT/SIGTERM: the last whole iteration is saved
+            if interrupts.stop_requested():  # SIGINT/SIGTERM/SIGHUP: the last whole iteration is saved
                 if checkpoints.latest() != loop.iteration:  # a rollout was cut short: the one before
                     _save_if_finite(checkpoints, states, replay, loop, session_start)
                 stop = RunInterrupted(interrupts.requested, _interrupted(interrupts.requested, loop, checkpoints))

@@ -9,7 +9,7 @@
 * :mod:`~archer_jax.run.step_metrics`: per-phase means of the step metrics; the non-finite watchdog.
 * :mod:`~archer_jax.run.report`: TensorBoard events (and W&B), the console line, the summary and plot.
 * :mod:`~archer_jax.run.tensorboard_writer`: TensorBoard event files without TensorFlow.
-* :mod:`~archer_jax.run.interrupts`: SIGINT/SIGTERM as a request to save and stop.
+* :mod:`~archer_jax.run.interrupts`: SIGINT/SIGTERM/SIGHUP as a request to save and stop.
 * :mod:`~archer_jax.run.workdir_lock`: one run per workdir (``WORKDIR/run.lock``).
 
 The package imports none of them: each module is imported by name (they sit in different layers).

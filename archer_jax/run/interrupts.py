@@ -1,5 +1,6 @@
-"""SIGINT and SIGTERM as a request to stop the run cleanly (Ctrl-C; preemptible TPU VMs and
-schedulers send SIGTERM before they kill a process).
+"""SIGINT, SIGTERM and SIGHUP as a request to stop the run cleanly (Ctrl-C; preemptible TPU VMs
+and schedulers send SIGTERM before they kill a process; a closed terminal or a lost SSH session
+sends SIGHUP; a run started under ``nohup`` keeps ignoring it).
 
     with Interrupts() as interrupts:
         with interrupts.abandonable():     # a phase that changes no state: stopped at once
@@ -28,7 +29,7 @@ from archer_jax import distributed
 
 log = logging.getLogger("archer_jax")
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class Interrupted(Exception):
@@ -52,6 +53,8 @@ class Interrupts:
     def __enter__(self) -> Interrupts:
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
+                if sig == getattr(signal, "SIGHUP", None) and signal.getsignal(sig) == signal.SIG_IGN:
+                    continue  # started under nohup: a closed terminal is to leave the run alone
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

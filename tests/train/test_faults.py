@@ -25,6 +25,7 @@ from archer_jax.run.checkpoint import Checkpoints
 from archer_jax.errors import ConfigError, RunInterrupted, TrainingError
 from archer_jax.run import history
 from archer_jax.run.checkpoint import Checkpoints
+from archer_jax.run.interrupts import Interrupts
 from archer_jax.run.loop_state import LoopState
 from archer_jax.train import train_and_evaluate
 from tests.train.test_train_app import _complete_steps, assert_same_tree, micro, restored
@@ -305,3 +306,27 @@ def test_loop_state_names_the_last_finite_iteration():
     assert loop.last_finite_iteration() == 0
     loop.history = [dict(iteration=1, **{"critic/nonfinite": 0.0}), dict(iteration=2, **{"critic/nonfinite": 2.0})]
     assert loop.last_finite_iteration() == 1
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
+def test_sighup_is_a_stop_request_like_sigterm():
+    """A closed terminal or a lost SSH session (SIGHUP) asks the run to save and stop, as SIGTERM
+    does; it no longer kills the run at once with everything since the last checkpoint."""
+    outside = []
+
+    def caller(*_):
+        outside.append("SIGHUP")
+
+    previous = signal.signal(signal.SIGHUP, caller)
+    try:
+        with Interrupts() as interrupts:
+            signal.raise_signal(signal.SIGHUP)
+            assert interrupts.stop_requested() and interrupts.requested == "SIGHUP"
+        assert outside == []
+        assert signal.getsignal(signal.SIGHUP) is caller  # the caller's handler is back
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # under nohup: ignored, and left so
+        with Interrupts() as interrupts:
+            signal.raise_signal(signal.SIGHUP)
+            assert not interrupts.stop_requested()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
