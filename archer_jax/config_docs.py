@@ -27,7 +27,7 @@ KEY_DOCS: dict[str, str] = {
     "filtered_bc_fraction": "filtered BC: top fraction of trajectories kept, in (0, 1]",
     "eval_freq": "iterations between greedy evaluations (0 = only before training and at the end)",
     "eval_sampled": "also play the evaluation games sampled as the rollouts are, with a fixed key (eval_sampled/* metrics)",
-    "save_freq": "iterations between checkpoints (the last iteration is always saved)",
+    "save_freq": "iterations between checkpoints (the last iteration is always saved; 0 = only it)",
     "keep_checkpoints": "checkpoints kept in workdir/checkpoints (older ones are deleted)",
     "max_nonfinite_steps": "consecutive skipped (non-finite) optimizer steps that stop the run",
     "use_wandb": "also log metrics to Weights & Biases",

@@ -54,7 +54,7 @@ class LoopConfig:
     # Also play the evaluation games sampled as the rollouts are (eval_sampled/* metrics): a small
     # policy's greedy utterance can loop where its samples do not, so the two can disagree.
     eval_sampled: bool = False
-    save_freq: int = 25  # iterations between checkpoints (the last iteration is always saved)
+    save_freq: int = 25  # iterations between checkpoints (the last iteration is always saved; 0 = only it)
     keep_checkpoints: int = 2
     max_nonfinite_steps: int = 10  # consecutive skipped (non-finite) steps that stop the run
     use_wandb: bool = False

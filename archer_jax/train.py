@@ -126,7 +126,7 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
                     seconds["rollout_wait"] = t_ahead
                 _record_iteration(parts, loop, writers, progress, iteration, episodes, replay, evaluation, seconds, t0)
                 stopping = interrupts.stop_requested()
-                if iteration % c.save_freq == 0 or iteration == c.iterations or stopping:
+                if (c.save_freq and iteration % c.save_freq == 0) or iteration == c.iterations or stopping:
                     _save_if_finite(checkpoints, states, replay, loop, session_start)
                 if stopping:
                     break

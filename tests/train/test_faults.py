@@ -330,3 +330,10 @@ def test_sighup_is_a_stop_request_like_sigterm():
             assert not interrupts.stop_requested()
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def test_save_freq_zero_saves_the_last_iteration_only(tmp_path):
+    """``save_freq=0``, as ``eval_freq=0``: only at the end (it divided by zero after the SFT)."""
+    summary = train_and_evaluate(micro(iterations=3, save_freq=0, eval_freq=0), tmp_path)
+    assert summary["stopped"] is None and summary["iterations"] == 3
+    assert _complete_steps(tmp_path) == {0, 3}
