@@ -67,6 +67,10 @@ class LoopConfig:
         _at_least(self, "iterations", "rollout_size", "eval_size", "capacity", "batch_size", "grad_accum_steps",
                   "keep_checkpoints", "max_nonfinite_steps")
         _at_least(self, "eval_freq", "save_freq", "seed", zero=True)
+        step = self.batch_size * self.grad_accum_steps
+        if self.capacity < step:  # it would train on the same few transitions, over and over
+            raise ValueError(f"capacity: {self.capacity} transitions hold less than one optimizer step's batch "
+                             f"(batch_size {self.batch_size} x grad_accum_steps {self.grad_accum_steps} = {step})")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -74,6 +74,8 @@ BAD_INPUTS = {
                                            r"config.sampling.max_new_tokens: 512 leaves no room for a prompt in the 512 "
                                            r"positions of model.policy tiny:gpt2 \(must be < 512\)"),
     "tau zero": (dict(learner__tau=0.0), "run", r"config.learner.tau: must be in \(0, 1\], got 0.0"),
+    "capacity below one batch": (dict(capacity=4), "run", r"config.capacity: 4 transitions hold less than one optimizer "
+                                 r"step's batch \(batch_size 8 x grad_accum_steps 1 = 8\)"),
     "max_grad_norm zero": (dict(learner__max_grad_norm=0.0), "run", r"config.learner.max_grad_norm: must be finite and > 0"),
     "max_grad_norm negative": (dict(learner__max_grad_norm=-1.0), "run", r"config.learner.max_grad_norm: .* got -1.0"),
     "typo'd key in a config object": (dict(), "run", r"config.learner.critic_lrr: unknown config key; did you mean learner.critic_lr\?"),
