@@ -169,8 +169,9 @@ def warm_start(agent: Agent, critic: TrainState, observations: Sequence[str], ac
         info = dict(texts=len(corpus), steps=c.critic_pretrain.steps, first_loss=history[0]["loss"],
                     last_loss=history[-1]["loss"], last_accuracy=history[-1]["accuracy"],
                     seconds=time.perf_counter() - start)
-        if entry is not None:  # another run may have stored it first: every run starts from the stored one
-            path = sft_cache.save(c.sft.cache, entry, encoder, history, info)
+        path = None if entry is None else sft_cache.save_or_warn(c.sft.cache, entry, encoder, history, info,
+                                                                 "critic pretraining")
+        if path is not None:  # another run may have stored it first: every run starts from the stored one
             encoder, history, info = sft_cache.load(c.sft.cache, entry, encoder)
             info = dict(info, cache=str(path))
     params = pretraining.critic_params(encoder)

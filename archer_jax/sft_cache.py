@@ -87,6 +87,17 @@ def load(cache: str | Path, entry: str, like: Any) -> tuple[Any, list[dict], dic
     return jax.tree.unflatten(treedef, placed), meta["history"], meta["info"]
 
 
+def save_or_warn(cache: str | Path, entry: str, params: Any, history: list[dict], info: dict, what: str) -> Path | None:
+    """:func:`save`, or a warning and None when the cache cannot be written (a full disk, a
+    read-only cache): the result is in memory, so the run goes on without storing it."""
+    try:
+        return save(cache, entry, params, history, info)
+    except OSError as e:
+        log.warning("config.sft.cache: the %s could not be stored in %s (%s); the run goes on without storing it",
+                    what, cache, e.strerror or e)
+        return None
+
+
 def save(cache: str | Path, entry: str, params: Any, history: list[dict], info: dict) -> Path:
     """Stores an entry (whole, or not at all); returns its path. An entry already there is kept."""
     root = Path(cache).expanduser()

@@ -371,8 +371,8 @@ def warm_start(agent: Agent, states: States, writers: report.Writers,
     log.info("SFT: %d steps on %d pairs (%s), loss %.3f -> %.3f, %.1f s", c.sft.steps, len(observations),
              c.sft.data, info["first_loss"], info["last_loss"], info["seconds"])
     params = actor.params
-    if entry is not None:
-        path = sft_cache.save(c.sft.cache, entry, params, history, info)
+    path = None if entry is None else sft_cache.save_or_warn(c.sft.cache, entry, params, history, info, "SFT")
+    if path is not None:
         # Another run may have stored this entry first: start from the stored policy, as every later run does.
         params, stored_history, stored_info = sft_cache.load(c.sft.cache, entry, params)
         if json.dumps(stored_history) != json.dumps(history):  # NaN != NaN, but their text is equal

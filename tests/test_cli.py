@@ -152,6 +152,11 @@ def test_unwritable_workdir_and_compilation_cache(tmp_path, monkeypatch, no_cach
         c.compilation_cache = str(tmp_path / "xla")
         preflight.check(c, tmp_path / "run")  # a cache that can be made
         assert not (tmp_path / "xla").exists() and not (tmp_path / "run").exists()  # preflight writes nothing
+        c.sft.cache = str(locked / "sft")  # found before the SFT, not after it
+        assert_match(one_line_error(preflight.check, c, tmp_path / "run"),
+                     r"config.sft.cache: .*/locked is not writable \(it would be made in .*/locked\)")
+        c.sft.cache = str(locked)  # there, read-only: it may hold the entry (storing one only warns)
+        preflight.check(c, tmp_path / "run")
     finally:
         locked.chmod(0o755)
 

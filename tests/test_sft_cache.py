@@ -68,3 +68,19 @@ def test_damaged_or_unfitting_entries_are_one_line_errors_naming_them(tmp_path):
     (tmp_path / "abc" / "params.npz").write_bytes(b"not a zip")
     with pytest.raises(ConfigError, match=r"config.sft.cache: the entry .*abc cannot be read"):
         sft_cache.load(tmp_path, "abc", params())
+
+
+def test_a_cache_that_cannot_be_written_warns_and_loses_nothing(tmp_path, monkeypatch, caplog):
+    """A full disk or a read-only cache after an SFT: one warning, no entry, no temporary left; the
+    run keeps its result in memory (it was a traceback after the work was done)."""
+    import errno
+    import logging
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full)
+    with caplog.at_level(logging.WARNING, logger="archer_jax"):
+        assert sft_cache.save_or_warn(tmp_path, "abc", params(), [], {}, "SFT") is None
+    assert "config.sft.cache: the SFT could not be stored in" in caplog.text and "No space left on device" in caplog.text
+    assert list(tmp_path.iterdir()) == []

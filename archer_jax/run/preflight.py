@@ -48,6 +48,7 @@ def check(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None
     check_replay_capacity(config.capacity)
     check_offline_data(config)
     check_sft_data(config)
+    check_sft_cache(config)
     check_models(config)
     check_mesh(config.mesh, jax.device_count())
     check_rollout(config, jax.process_count())
@@ -168,6 +169,19 @@ def check_sft_data(config: ml_collections.ConfigDict) -> None:
             raise ConfigError(f"config.sft.data: env {config.env.name!r} has no walkthrough")
     else:
         sft.read_jsonl(data)
+
+
+def check_sft_cache(config: ml_collections.ConfigDict) -> None:
+    """``config.sft.cache``, where a warm start uses it, is a directory or can be made one (an
+    existing one that cannot be written may still hold the entry; storing then only warns)."""
+    cache = config.sft.cache
+    if not cache or not (config.sft.steps or config.critic_pretrain.steps):
+        return
+    if "://" in cache:
+        raise ConfigError(f"config.sft.cache: {cache} is a URL; give a local directory")
+    path = Path(cache).expanduser()
+    if not path.is_dir():
+        _check_writable_directory(path, "config.sft.cache")
 
 
 def _model_config(name: str) -> tuple[str, dict] | None:
