@@ -267,6 +267,21 @@ def test_typod_keys_are_one_clean_line(flag, message):
     assert exit_message(["train", f"--config={CONFIG}:micro", "--workdir=/tmp/x", flag]) == message
 
 
+@pytest.mark.parametrize("source, message", [
+    ("def get_config(:\n    pass\n", r"error: --config: .*/bad.py, line 1: SyntaxError: invalid syntax"),
+    ("def get_config(preset=''):\n    raise RuntimeError('boom')\n", r"error: --config: RuntimeError: boom \(.*/bad.py, line 2\)"),
+    ("def get_config(preset=''):\n    return 5\n", r"error: --config: get_config returned int, not an ml_collections.ConfigDict"),
+    ("x = 1\n", r"error: --config: the file defines no get_config\(preset\) .*"),
+])
+def test_a_broken_config_file_is_one_line_naming_where(source, message, tmp_path, monkeypatch):
+    # ml_collections loads each config file into one module name, reused within a process.
+    monkeypatch.delitem(sys.modules, "config_config", raising=False)
+    (tmp_path / "bad.py").write_text(source)
+    text = exit_message(["train", f"--config={tmp_path / 'bad.py'}", f"--workdir={tmp_path / 'run'}"])
+    assert isinstance(text, str) and "\n" not in text, text
+    assert_match(text, message)
+
+
 def test_help_lists_every_key_with_its_default_and_doc():
     with pytest.raises(SystemExit) as info:
         cli.parse_flags(["train", "--help"])

@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import traceback
 
+import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
@@ -114,6 +116,16 @@ def _unknown_config_key(argv: list[str]) -> str | None:
     return None
 
 
+def _config_file_error(error: Exception) -> str:
+    """One line for an error raised by a config file's code: where in the file, and what."""
+    if isinstance(error, SyntaxError):
+        return f"{error.filename}, line {error.lineno}: SyntaxError: {error.msg}"
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "site-packages" not in f.filename
+              and "/archer_jax/" not in f.filename]
+    where = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+    return f"{type(error).__name__}: {_last_line(error) or 'raised'}{where}"
+
+
 def parse_flags(argv: list[str]) -> list[str]:
     """absl flag parsing with one-line errors: a bad value, an unknown or renamed ``--config.x``
     key (with the closest known key), an argument that is no flag (with the usage line, exit
@@ -132,15 +144,25 @@ def parse_flags(argv: list[str]) -> list[str]:
         last = _last_line(e)
         sys.exit(f"error: {head}" + (f": {last}" if last != head.strip() else ""))
     except (AttributeError, KeyError) as e:  # ml_collections: an override of a key this config file lacks
+        if re.search(r"has no attribute \\?'?get_config", str(e)):
+            sys.exit("error: --config: the file defines no get_config(preset) (configs/20q.py shows one)")
         # Its message reads '\'game_pth\'\nDid you mean ...', escapes and all: keep the key.
         name = re.sub(r"[\\'\"]", "", str(e).split("\\n")[0])
         given = next((a.split("=")[0] for a in argv[1:] if (_config_key(a) or "").rsplit(".", 1)[-1] == name),
                      f"--config.{name}")
         sys.exit(f"error: {given}: unknown config key (not in this config file)")
+    except Exception as e:  # the config file's own code failed (a syntax error, get_config raised)
+        sys.exit(f"error: --config: {_config_file_error(e)}")
     try:
-        _CONFIG.value.lock()  # the run adds no keys to its config
+        config = _CONFIG.value
     except OSError:  # a config file that failed to load: main reports it
-        pass
+        config = None
+    except Exception as e:
+        sys.exit(f"error: --config: {_config_file_error(e)}")
+    if config is not None:
+        if not isinstance(config, ml_collections.ConfigDict):
+            sys.exit(f"error: --config: get_config returned {type(config).__name__}, not an ml_collections.ConfigDict")
+        config.lock()  # the run adds no keys to its config
     if len(rest) > 1:
         sys.stderr.write(USAGE + "\n")
         sys.stderr.write(f"error: unexpected argument(s): {' '.join(rest[1:])}\n")
