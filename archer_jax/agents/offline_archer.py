@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from archer_jax.agents import archer
 from archer_jax.agents.agent import Agent, config_of, group
+from archer_jax.parts_config import RolloutConfig
 from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.data.offline_replay import OfflineReplay, open_dataset
 from archer_jax.learners import offline_archer
@@ -37,6 +38,19 @@ class Config(archer.Config):
     learner: LearnerConfig = group(lambda: LearnerConfig(actor_loss="awr"))
     iql: IQLConfig = group(IQLConfig)  # keys of config.learner
     offline: DatasetConfig = group(DatasetConfig)
+    rollout: RolloutConfig = group(RolloutConfig)
+
+    def __post_init__(self):
+        super().__post_init__()
+        refuse_rollouts_ahead(self.rollout)
+
+
+def refuse_rollouts_ahead(rollout: RolloutConfig) -> None:
+    """An offline agent plays no rollouts (its envs only evaluate it): a staleness that asks to
+    collect them ahead would be ignored, so it is refused."""
+    if rollout.staleness:
+        raise ValueError(f"rollout.staleness: an offline agent learns from its dataset and plays no rollouts "
+                         f"to collect ahead; set 0, not {rollout.staleness}")
 
 
 def iql_critic_step(networks: Networks, tx, learner, iql: IQLConfig) -> StepProgram:

@@ -13,7 +13,8 @@ from typing import ClassVar
 from archer_jax.agents import filtered_bc
 from archer_jax.agents.agent import group
 from archer_jax.data.dataset_config import DatasetConfig
-from archer_jax.agents.offline_archer import OfflineDataset
+from archer_jax.agents.offline_archer import OfflineDataset, refuse_rollouts_ahead
+from archer_jax.parts_config import RolloutConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +25,11 @@ class Config(filtered_bc.Config):
     offline_agent: ClassVar[bool] = True
 
     offline: DatasetConfig = group(DatasetConfig)
+    rollout: RolloutConfig = group(RolloutConfig)
+
+    def __post_init__(self):
+        super().__post_init__()
+        refuse_rollouts_ahead(self.rollout)
 
 
 class OfflineFilteredBC(OfflineDataset, filtered_bc.FilteredBC):

@@ -98,3 +98,7 @@ def test_ppo_and_several_processes_refuse_collection_ahead_in_one_line():
     preflight.check_rollout(micro(rollout__staleness=1), processes=1)
     with pytest.raises(ConfigError, match=r"^config.rollout.staleness: must be 0 \(serial\) or 1"):
         config_lib.validate(micro(rollout__staleness=2), weights=False)
+    for agent in ("offline_archer", "offline_bc", "offline_filtered_bc"):  # no rollouts: it was ignored
+        with pytest.raises(ConfigError, match=r"^config.rollout.staleness: an offline agent learns from its dataset "
+                                              r"and plays no rollouts to collect ahead; set 0, not 1$"):
+            config_lib.validate(micro_of("20q_offline.py", agent=agent, rollout__staleness=1), weights=False)
