@@ -358,6 +358,22 @@ def parsed(monkeypatch):
     flags.FLAGS.unparse_flags()
 
 
+def test_print_config_shows_the_effective_config_and_its_verdict(parsed, capsys, tmp_path, monkeypatch):
+    """The file's preset with the command line's overrides, as JSON, without a workdir or a run."""
+    monkeypatch.chdir(tmp_path)
+    parsed(["train", f"--config={CONFIG}:micro", "--print_config", "--config.seed=3"])
+    with pytest.raises(SystemExit) as info:
+        cli.main([])
+    printed = json.loads(capsys.readouterr().out)
+    assert info.value.code == 0 and printed["seed"] == 3 and printed["iterations"] == 2  # micro's
+    assert list(tmp_path.iterdir()) == []
+    parsed(["train", f"--config={CONFIG}:micro", "--print_config", "--config.learner.tau=0"])
+    with pytest.raises(SystemExit) as info:
+        cli.main([])
+    assert json.loads(capsys.readouterr().out)["learner"]["tau"] == 0
+    assert info.value.code == "error: config.learner.tau: must be in (0, 1], got 0.0"
+
+
 def readme_oracle_flag() -> str:
     """The oracle flag exactly as the README writes it."""
     (flag,) = set(re.findall(r"--config\.env\.options\.oracle=t5:[^`\s]+", (ROOT / "README.md").read_text()))

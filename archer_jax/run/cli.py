@@ -21,7 +21,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from archer_jax import distributed
-from archer_jax.config import FREE_FORM, RENAMED, flat_defaults, renamed, unknown_key
+from archer_jax.config import FREE_FORM, RENAMED, flat_defaults, renamed, unknown_key, validate
 from archer_jax.config_docs import KEY_DOCS
 from archer_jax.envs.base import EnvError
 from archer_jax.errors import ConfigError, TrainingError
@@ -42,6 +42,9 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Several processes: this 
 _ALLOW_CONFIG_CHANGES = flags.DEFINE_bool(
     "allow_config_changes", False, "Resume a workdir with changed config keys that a resume otherwise refuses "
     "(the changes are applied and recorded in config.json and summary.json; see the README).")
+_PRINT_CONFIG = flags.DEFINE_bool(
+    "print_config", False, "Print the run's config (the file, its preset and every --config override) as JSON, "
+    "check it, and exit: nothing is trained or written, and no --workdir is needed.")
 
 
 def _last_line(error: Exception) -> str:
@@ -50,8 +53,27 @@ def _last_line(error: Exception) -> str:
     return lines[-1] if lines else ""
 
 
+def print_config() -> None:
+    """``--print_config``: the effective config as JSON on stdout, then its validation's verdict
+    (exit 0, or the one-line error)."""
+    try:
+        config = _CONFIG.value
+        config.keys()  # a config file that failed to load raises here
+    except OSError as e:
+        sys.exit(f"error: --config: {_last_line(e)}")
+    sys.stdout.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+    sys.stdout.flush()
+    try:
+        validate(config, weights=False)
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
+    sys.exit(0)
+
+
 def main(argv: list[str]) -> None:
     del argv  # parse_flags refuses arguments that are no flags
+    if _PRINT_CONFIG.value:
+        print_config()
     if _WORKDIR.value is None:
         sys.exit("error: --workdir is required (checkpoints, metrics and summary.json go there)")
     try:
@@ -75,7 +97,7 @@ def main(argv: list[str]) -> None:
 
 
 USAGE = ("usage: python -m archer_jax.train --config=configs/FILE.py[:PRESET] --workdir=DIR "
-         "[--config.KEY=VALUE ...] [--allow_config_changes] [--coordinator=HOST:PORT --num_processes=N --process_id=I]")
+         "[--config.KEY=VALUE ...] [--allow_config_changes] [--print_config] [--coordinator=HOST:PORT --num_processes=N --process_id=I]")
 HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull")
 _CONFIG_PREFIXES = ("--config.", "-config.", "--noconfig.", "-noconfig.")
 
@@ -83,7 +105,7 @@ _CONFIG_PREFIXES = ("--config.", "-config.", "--noconfig.", "-noconfig.")
 def help_text() -> str:
     """``--help``: usage, this program's flags, and every config key with its default and doc."""
     lines = [USAGE, "", "Flags:"]
-    for holder in (_CONFIG, _WORKDIR, _ALLOW_CONFIG_CHANGES, _COORDINATOR, _NUM_PROCESSES, _PROCESS_ID):
+    for holder in (_CONFIG, _WORKDIR, _ALLOW_CONFIG_CHANGES, _PRINT_CONFIG, _COORDINATOR, _NUM_PROCESSES, _PROCESS_ID):
         lines.append(f"  --{holder.name:<22} {flags.FLAGS[holder.name].help}")
     defaults = flat_defaults()
     shown = {key: "{}" if key in FREE_FORM else repr(value) for key, value in defaults.items()}
