@@ -219,6 +219,11 @@ def _type_ok(value, default) -> bool:
     return isinstance(value, type(default))
 
 
+def flat_values(c: ml_collections.ConfigDict) -> dict:
+    """Every key of ``c`` (``"learner.critic_lr"``) with its value in ``c``."""
+    return _flatten(c)
+
+
 def flat_defaults() -> dict:
     """Every config key (``"learner.critic_lr"``) with its default, sorted by key."""
     return _flatten(base_config())

@@ -291,8 +291,19 @@ def test_help_lists_every_key_with_its_default_and_doc():
     for key, default in config_lib.flat_defaults().items():
         (line,) = [line for line in lines if line.split()[:1] == [key]]
         assert config_lib.KEY_DOCS[key] in line and (repr(default) in line or key in config_lib.FREE_FORM)
-    for flag in ("--config", "--workdir", "--allow_config_changes", "--coordinator", "--num_processes", "--process_id"):
+    for flag in ("--config", "--workdir", "--allow_config_changes", "--print_config", "--coordinator", "--num_processes",
+                 "--process_id"):
         assert flag in text
+
+
+def test_help_with_a_config_file_shows_its_presets_values():
+    """``--help`` beside ``--config=FILE:PRESET`` lists that config's values, not the base defaults."""
+    chosen = config_lib.flat_values(config_lib.file_config(ROOT / "configs" / "20q.py", "tiny"))
+    text = cli.help_text(["train", f"--config={CONFIG}:tiny", "--help"])
+    assert f"the values of {CONFIG}:tiny" in text
+    for key in ("iterations", "model.policy", "model.critic_action", "env.max_turns"):
+        (line,) = [line for line in text.splitlines() if line.split()[:1] == [key]]
+        assert repr(chosen[key]) in line and chosen[key] != config_lib.flat_defaults()[key], line
 
 
 def test_the_tpu_probe_message_is_dropped_only_without_a_tpu(monkeypatch):

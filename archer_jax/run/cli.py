@@ -20,7 +20,7 @@ import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
-from archer_jax import distributed
+from archer_jax import config as config_lib, distributed
 from archer_jax.config import FREE_FORM, RENAMED, flat_defaults, renamed, unknown_key, validate
 from archer_jax.config_docs import KEY_DOCS
 from archer_jax.envs.base import EnvError
@@ -102,15 +102,32 @@ HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull")
 _CONFIG_PREFIXES = ("--config.", "-config.", "--noconfig.", "-noconfig.")
 
 
-def help_text() -> str:
-    """``--help``: usage, this program's flags, and every config key with its default and doc."""
+def _chosen_config(argv: list[str]) -> tuple[str, dict] | None:
+    """(``PATH[:PRESET]``, its keys' values) of the ``--config`` file on the command line, or None
+    (none given, or it does not load: ``--help`` then shows the base defaults)."""
+    given = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith(("--config=", "-config="))), None)
+    if given is None:
+        return None
+    path, _, preset = given.partition(":")
+    try:
+        return given, config_lib.flat_values(config_lib.file_config(path, preset))
+    except Exception:  # the run itself reports a config file that does not load
+        return None
+
+
+def help_text(argv: list[str] | None = None) -> str:
+    """``--help``: usage, this program's flags, and every config key with its value and doc: the
+    ``--config`` file's (and preset's) when the command line names one, else the base defaults."""
     lines = [USAGE, "", "Flags:"]
     for holder in (_CONFIG, _WORKDIR, _ALLOW_CONFIG_CHANGES, _PRINT_CONFIG, _COORDINATOR, _NUM_PROCESSES, _PROCESS_ID):
         lines.append(f"  --{holder.name:<22} {flags.FLAGS[holder.name].help}")
-    defaults = flat_defaults()
+    chosen = _chosen_config(argv or [])
+    defaults = flat_defaults() if chosen is None else chosen[1]
     shown = {key: "{}" if key in FREE_FORM else repr(value) for key, value in defaults.items()}
     key_width, value_width = max(map(len, shown)), max(map(len, shown.values()))
-    lines += ["", "Config keys (--config.KEY=VALUE; base defaults, which a config file or preset may change):"]
+    where = ("base defaults, which a config file or preset may change" if chosen is None
+             else f"the values of {chosen[0]}")
+    lines += ["", f"Config keys (--config.KEY=VALUE; {where}):"]
     for key, value in shown.items():
         lines.append(f"  {key:<{key_width}}  {value:<{value_width}}  {KEY_DOCS.get(key, '')}")
     lines += ["", "Keys of archer_jax 0.1 and where they are now: archer_jax.config.RENAMED. "
@@ -154,7 +171,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     code 2); ``--help`` prints :func:`help_text` and exits 0. A free-form group takes new keys
     (``--config.env.options.oracle=t5:DIR``) or a whole dict (``--config.env.options='{"oracle": "t5:DIR"}'``)."""
     if any(arg in HELP_FLAGS for arg in argv[1:]):
-        sys.stdout.write(help_text())
+        sys.stdout.write(help_text(argv))
         sys.exit(0)
     error = _unknown_config_key(argv)
     if error:
