@@ -47,7 +47,7 @@ import numpy as np
 from archer_jax import agents, critic_pretraining, distributed, handover, memory_plan, rollout, sft, sft_cache
 from archer_jax.agents.agent import Agent, timed
 from archer_jax.config import MICRO
-from archer_jax.errors import RunInterrupted, TrainingError
+from archer_jax.errors import ConfigError, RunInterrupted, TrainingError
 from archer_jax.learners.micro_batching import auto_limit
 from archer_jax.learners.train_state import States
 from archer_jax.parts import Parts
@@ -241,6 +241,11 @@ def _start_or_resume(agent: Agent, checkpoints: Checkpoints, writers: report.Wri
         if loop.iteration >= c.iterations:
             log.info("the run already finished its %d iterations: nothing to train", loop.iteration)
         return States(actor, critic), agent.resume_replay(replay), loop
+    earlier = history.recorded_iterations(parts.workdir)
+    if earlier:  # a fresh start would overwrite the record of iterations whose checkpoints are gone
+        raise ConfigError(f"--workdir {parts.workdir}: history.jsonl records {earlier} iterations of an earlier run, "
+                          f"but no checkpoint in {checkpoints.directory} loads; move history.jsonl and summary.json "
+                          "away to start afresh here, or use another --workdir")
     replay = agent.new_replay()
     loop = LoopState(seed=c.seed, rng=jax.random.key_data(parts.key).tolist())
     history.rewrite(parts.workdir, [])

@@ -39,6 +39,14 @@ def append(workdir: Path, row: Mapping[str, Any]) -> None:
         f.write(_line(row))
 
 
+def recorded_iterations(workdir: Path) -> int:
+    """How many iterations ``history.jsonl`` records (its non-empty lines, parsed or not)."""
+    path = Path(workdir) / HISTORY
+    if not path.is_file():
+        return 0
+    return sum(1 for line in path.read_bytes().splitlines() if line.strip())
+
+
 def read(workdir: Path) -> list[dict[str, Any]]:
     """The rows of ``history.jsonl`` (empty when there is none)."""
     path = Path(workdir) / HISTORY

@@ -135,6 +135,18 @@ def test_when_no_checkpoint_loads_the_error_is_one_line_and_nothing_moves(finish
     assert _complete_steps(workdir) == {1, 2, 3} and not (workdir / "checkpoints.unreadable").exists()
 
 
+def test_a_workdir_whose_checkpoints_are_gone_keeps_its_record(finished, tmp_path):
+    """Every checkpoint removed, history and summary kept: a fresh start would overwrite the record
+    of the iterations done; it is refused in one line, and nothing is rewritten."""
+    workdir = _copy(finished, tmp_path)
+    shutil.rmtree(workdir / "checkpoints")
+    kept = {name: (workdir / name).read_bytes() for name in ("history.jsonl", "summary.json")}
+    with pytest.raises(ConfigError, match=r"history.jsonl records 3 iterations of an earlier run, but no checkpoint "
+                                          r"in .*/checkpoints loads; move history.jsonl and summary.json away"):
+        train_and_evaluate(micro(**THREE), workdir)
+    assert {name: (workdir / name).read_bytes() for name in kept} == kept
+
+
 def test_the_last_good_checkpoint_survives_rotation(finished, tmp_path):
     """keep_checkpoints=1 with an unreadable newest checkpoint: the run resumes from the good one,
     and orbax's rotation never deletes it before a newer good one is complete."""
