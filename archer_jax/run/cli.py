@@ -15,6 +15,7 @@ import logging
 import re
 import sys
 import traceback
+from pathlib import Path
 
 import ml_collections
 from absl import app, flags
@@ -53,14 +54,20 @@ def _last_line(error: Exception) -> str:
     return lines[-1] if lines else ""
 
 
-def print_config() -> None:
-    """``--print_config``: the effective config as JSON on stdout, then its validation's verdict
-    (exit 0, or the one-line error)."""
+def _loaded_config() -> ml_collections.ConfigDict:
+    """The parsed ``--config``; a config file that failed to load exits with its one line."""
     try:
         config = _CONFIG.value
         config.keys()  # a config file that failed to load raises here
     except OSError as e:
         sys.exit(f"error: --config: {_last_line(e)}")
+    return config
+
+
+def print_config() -> None:
+    """``--print_config``: the effective config as JSON on stdout, then its validation's verdict
+    (exit 0, or the one-line error)."""
+    config = _loaded_config()
     sys.stdout.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
     sys.stdout.flush()
     try:
@@ -83,11 +90,7 @@ def main(argv: list[str]) -> None:
     # Every process trains; the primary one talks (the others only warn).
     logging.getLogger("archer_jax").setLevel(logging.INFO if distributed.is_primary() else logging.WARNING)
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax and clu log every file they write
-    try:
-        config = _CONFIG.value
-        config.keys()  # a config file that failed to load raises here
-    except OSError as e:
-        sys.exit(f"error: --config: {_last_line(e)}")
+    config = _loaded_config()
     try:
         train_and_evaluate(config, _WORKDIR.value, allow_config_changes=_ALLOW_CONFIG_CHANGES.value)
     except distributed.HostLost as e:  # a normal exit would wait for the dead host at JAX's shutdown
@@ -100,6 +103,7 @@ USAGE = ("usage: python -m archer_jax.train --config=configs/FILE.py[:PRESET] --
          "[--config.KEY=VALUE ...] [--allow_config_changes] [--print_config] [--coordinator=HOST:PORT --num_processes=N --process_id=I]")
 HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull")
 _CONFIG_PREFIXES = ("--config.", "-config.", "--noconfig.", "-noconfig.")
+_PACKAGE = Path(__file__).resolve().parents[1]  # archer_jax/: its frames are no config file's
 
 
 def _chosen_config(argv: list[str]) -> tuple[str, dict] | None:
@@ -160,7 +164,7 @@ def _config_file_error(error: Exception) -> str:
     if isinstance(error, SyntaxError):
         return f"{error.filename}, line {error.lineno}: SyntaxError: {error.msg}"
     frames = [f for f in traceback.extract_tb(error.__traceback__) if "site-packages" not in f.filename
-              and "/archer_jax/" not in f.filename]
+              and not Path(f.filename).resolve().is_relative_to(_PACKAGE)]  # a checkout may be named archer_jax
     where = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
     return f"{type(error).__name__}: {_last_line(error) or 'raised'}{where}"
 

@@ -89,7 +89,7 @@ def check_workdir(workdir: str | os.PathLike) -> None:
     blocked by a file of the same name. An empty or blank path (an unset ``$WORKDIR``) is refused:
     it would train in the current directory, or in one named by spaces."""
     text = os.fspath(workdir)
-    if not str(text).strip():
+    if not text.strip():
         raise ConfigError(f"--workdir: {text!r} is empty; give the run's directory, e.g. --workdir=runs/20q")
     if any(part != part.strip() for part in Path(text).parts):
         raise ConfigError(f"--workdir: {text!r} has a name that is blank or starts or ends with a space; "
