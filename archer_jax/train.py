@@ -130,6 +130,8 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
                     _save_if_finite(checkpoints, states, replay, loop, session_start)
                 if stopping:
                     break
+            if not interrupts.stop_requested() and checkpoints.latest() != loop.iteration:
+                stop = TrainingError(_unsaved(loop, checkpoints))  # its last iterations diverged: not finished
             if interrupts.stop_requested():  # SIGINT/SIGTERM/SIGHUP: the last whole iteration is saved
                 if checkpoints.latest() != loop.iteration:  # a rollout was cut short: the one before
                     _save_if_finite(checkpoints, states, replay, loop, session_start)
@@ -189,6 +191,17 @@ def _kept(loop: LoopState | None, checkpoints: Checkpoints) -> str:
     if loop is None:
         return kept
     return f"the last iteration whose steps were all finite is {loop.last_finite_iteration()}; {kept}"
+
+
+def _unsaved(loop: LoopState, checkpoints: Checkpoints) -> str:
+    """The one line of a run whose last iterations had non-finite learner steps, so were not saved."""
+    latest = checkpoints.latest()
+    bad = [row["iteration"] for row in loop.history if (latest is None or row["iteration"] > latest)
+           and any(v for k, v in row.items() if k.endswith("/nonfinite"))]
+    steps = sum(v for row in loop.history if row["iteration"] in bad for k, v in row.items() if k.endswith("/nonfinite"))
+    return (f"stopped after iteration {loop.iteration}: {steps:g} learner steps of iteration(s) "
+            f"{', '.join(map(str, bad))} had a non-finite loss or gradient (each was skipped), so no checkpoint was "
+            f"written after them; {_kept(loop, checkpoints)}, and the same command trains again from it")
 
 
 def _resumes(checkpoints: Checkpoints) -> str:

@@ -12,7 +12,9 @@ replay buffer is an orbax item of its own (:class:`ReplayHandler`, plain NumPy f
 state); the loop state (iteration, counters, metric history, RNG seeds) is JSON.
 
 A checkpoint can be complete and still not load (a truncated array file, a damaged replay buffer
-or loop state: a full disk, a bad copy). :meth:`Checkpoints.restore_latest` then takes the newest
+or loop state: a full disk, a bad copy), or load values that are not the ones saved (flipped bits
+in an array file that still decodes): each save records a SHA-256 of every array it writes in the
+loop state (``array_digests``), and a restore whose arrays do not match them fails. :meth:`Checkpoints.restore_latest` then takes the newest
 one that loads completely, warns in one line which steps it skipped and why, and moves those aside
 to ``<directory>.unreadable/`` (kept for inspection, and out of the way of the steps the run will
 save again; orbax's rotation would otherwise count them and could delete the good one).
@@ -21,6 +23,7 @@ save again; orbax's rotation would otherwise count them and could delete the goo
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import shutil
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from archer_jax.errors import TrainingError
@@ -108,9 +112,10 @@ class Checkpoints:
         loop: dict[str, Any],
     ) -> None:
         """Writes checkpoint ``step`` (blocking until it is complete)."""
-        items = dict(actor=ocp.args.StandardSave(_as_item(actor)), replay=ReplaySave(replay), loop=ocp.args.JsonSave(loop))
-        if critic is not None:
-            items["critic"] = ocp.args.StandardSave(_as_item(critic))
+        states = dict(actor=actor) if critic is None else dict(actor=actor, critic=critic)
+        loop = dict(loop, array_digests={name: array_digests(_as_item(state)) for name, state in states.items()})
+        items = dict(replay=ReplaySave(replay), loop=ocp.args.JsonSave(loop))
+        items.update({name: ocp.args.StandardSave(_as_item(state)) for name, state in states.items()})
         self.manager.save(step, args=ocp.args.Composite(**items), force=True)
         self.manager.wait_until_finished()
 
@@ -126,9 +131,15 @@ class Checkpoints:
         items = dict(actor=abstract(actor), replay=ReplayRestore(), loop=ocp.args.JsonRestore())
         if critic is not None:
             items["critic"] = abstract(critic)
+        _check_files(self.directory / str(step), [name for name in ("actor", "critic") if name in items])
         restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+        loop = dict(restored["loop"])
+        recorded = loop.pop("array_digests", None)  # None: a checkpoint from before they were recorded
+        for name in ("actor", "critic") if recorded is not None else ():
+            if name in items and name in recorded:
+                _check_digests(name, recorded[name], array_digests(restored[name]))
         critic_state = _as_state(restored["critic"]) if critic is not None else None
-        return _as_state(restored["actor"], actor.frozen), critic_state, restored["replay"], restored["loop"]
+        return _as_state(restored["actor"], actor.frozen), critic_state, restored["replay"], loop
 
     def restore_latest(self, *, actor: TrainState, critic: TrainState | None, check=None) -> tuple[int, Restored] | None:
         """The newest checkpoint that loads completely (None when there is no checkpoint).
@@ -178,6 +189,43 @@ class Checkpoints:
 
     def close(self) -> None:
         self.manager.close()
+
+
+def array_digests(tree: Any) -> dict[str, str]:
+    """The SHA-256 of each array in ``tree`` that this process holds whole (a replicated array
+    split across hosts has its local copy hashed; one sharded across hosts is left out), by path."""
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            if not leaf.sharding.is_fully_replicated:
+                continue
+            leaf = leaf.addressable_shards[0].data
+        data = np.asarray(leaf)
+        if data.dtype == object:
+            continue
+        name = jax.tree_util.keystr(path)
+        out[name] = f"{data.dtype}{list(data.shape)} " + hashlib.sha256(np.ascontiguousarray(data).tobytes()).hexdigest()
+    return out
+
+
+def _check_files(directory: Path, items: list[str]) -> None:
+    """Raises :class:`FileNotFoundError` naming the first index file of an array item that is missing
+    (orbax would fail too, but only after starting a read of every array, whose callbacks then
+    print a traceback each on a closed event loop)."""
+    for item in items:
+        folder = directory / item
+        required = [folder / "_METADATA", folder / "manifest.ocdbt"]
+        required += [d / "manifest.ocdbt" for d in sorted(folder.glob("ocdbt.process_*"))]
+        for path in required:
+            if not path.is_file():
+                raise FileNotFoundError(f"{path.relative_to(directory)} is missing")
+
+
+def _check_digests(item: str, recorded: dict[str, str], restored: dict[str, str]) -> None:
+    """Raises :class:`ValueError` naming the first array whose restored bytes are not the saved ones."""
+    for name, digest in recorded.items():
+        if name in restored and restored[name] != digest:
+            raise ValueError(f"the {item}'s array {name} does not match the checksum saved with it (damaged data)")
 
 
 def _reason(error: BaseException) -> str:

@@ -55,11 +55,22 @@ def _truncate(path: Path) -> None:
     path.write_bytes(data[: len(data) // 3])
 
 
+def _flip_bits(step: Path) -> None:
+    """4 KB of flipped bits in the middle of the critic's largest array file: it still decodes, to NaN."""
+    path = max((p for p in (step / "critic").rglob("d/*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 4096] = bytes(b ^ 0x5A for b in data[middle:middle + 4096])
+    path.write_bytes(bytes(data))
+
+
 # ---- checkpoints that do not load ---------------------------------------------------------
 
 CORRUPTIONS = {
     # the actor's array data (orbax's OCDBT data files)
     "actor arrays": lambda step: [_truncate(p) for p in (step / "actor").rglob("d/*") if p.is_file()],
+    "critic bits": _flip_bits,  # loads without an error: the checksums saved with it catch it
+    "critic manifest": lambda step: (step / "critic" / "manifest.ocdbt").unlink(),
     "replay.npz": lambda step: _truncate(step / "replay" / "process_0" / "replay.npz"),
     "replay.json": lambda step: (step / "replay" / "process_0" / "replay.json").write_text("{\"capacity\": 1"),
     "loop state": lambda step: (step / "loop" / "metadata").write_text("{\"seed\": 0, \"iteration\":"),
@@ -93,13 +104,16 @@ def _assert_skipped_3(workdir: Path, caplog) -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(set(CORRUPTIONS) - {"actor arrays"}))
-def test_a_checkpoint_that_does_not_load_is_skipped_and_moved_aside(kind, finished, templates, tmp_path, caplog):
+def test_a_checkpoint_that_does_not_load_is_skipped_and_moved_aside(kind, finished, templates, tmp_path, caplog,
+                                                                   capfd):
     workdir = _copy(finished, tmp_path)
     CORRUPTIONS[kind](workdir / "checkpoints" / "3")
+    capfd.readouterr()
     with caplog.at_level(logging.WARNING, logger="archer_jax"):
         step, (_, critic, _, loop) = _restore_latest(workdir, templates)
     assert step == 2 and LoopState.from_json(loop).iteration == 2
     _assert_skipped_3(workdir, caplog)
+    assert "Traceback" not in capfd.readouterr().err  # the one line only
     _, ref_critic, _, _ = Checkpoints(finished / "checkpoints").restore(2, actor=templates[0], critic=templates[1])
     assert_same_tree(critic.params, ref_critic.params)
 

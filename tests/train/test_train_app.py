@@ -310,6 +310,23 @@ def test_non_finite_losses_are_skipped_counted_and_stop_the_run(tmp_path, monkey
     assert loop["iteration"] == 0
 
 
+@pytest.mark.slow
+def test_a_run_whose_last_iterations_were_not_finite_does_not_report_itself_finished(tmp_path, monkeypatch):
+    """Fewer non-finite steps than stop a run, but in its last iteration: that iteration is not
+    saved, so the run did not finish: it raises and its summary says why."""
+    monkeypatch.setitem(registry.ENVS, "nan_game", registry.EnvSpec(lambda c: functools.partial(NanRewardGame)))
+    c = micro(env__name="nan_game", sft__steps=0, iterations=2, save_freq=1, max_nonfinite_steps=100)
+    with pytest.raises(TrainingError) as stopped:
+        train_and_evaluate(c, tmp_path)
+    message = str(stopped.value)
+    assert "\n" not in message and message.startswith("stopped after iteration 2: 4 learner steps of iteration(s) 1, 2 "
+                                                        "had a non-finite loss or gradient")
+    assert message.endswith("checkpoint 0 is intact, and the same command trains again from it")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["iterations"] == 2 and summary["stopped"] == message
+    assert _complete_steps(tmp_path) == {0}
+
+
 # ---- errors -------------------------------------------------------------------------------
 
 
