@@ -47,7 +47,7 @@ import numpy as np
 from archer_jax import agents, critic_pretraining, distributed, handover, memory_plan, rollout, sft, sft_cache
 from archer_jax.agents.agent import Agent, timed
 from archer_jax.config import MICRO
-from archer_jax.errors import ConfigError, RunInterrupted, TrainingError
+from archer_jax.errors import CheckpointWriteError, ConfigError, RunInterrupted, TrainingError, one_line
 from archer_jax.learners.micro_batching import auto_limit
 from archer_jax.learners.train_state import States
 from archer_jax.parts import Parts
@@ -138,6 +138,8 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
                 stop = RunInterrupted(interrupts.requested, _interrupted(interrupts.requested, loop, checkpoints))
         except Interrupted as e:  # a second signal, or a first one before checkpoint 0: stop at once
             stop = RunInterrupted(e.signal_name, _interrupted(e.signal_name, loop, checkpoints, at_once=True))
+        except CheckpointWriteError as e:  # the iteration itself finished
+            stop = CheckpointWriteError(f"stopped {_after(loop)}: {e}; {_intact(checkpoints)}")
         except TrainingError as e:
             stop = TrainingError(f"stopped {_where(loop)}: {e}; {_kept(loop, checkpoints)}")
         except Exception as e:  # several hosts: another one died, and the exchange with it broke
@@ -149,9 +151,11 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
             parts.close()
             writers.close()
             if loop is not None:  # every stop writes the reports of what was done
-                failing = stop is not None or sys.exc_info()[0] is not None
+                error = sys.exc_info()[1]  # an error no handler above turned into a stop
+                failing = stop is not None or error is not None
+                why = str(stop) if stop is not None else f"stopped {_where(loop)} by an error: {one_line(error)}"
                 try:
-                    summary = _finish(c, workdir, loop, resumed_at, stopped=str(stop) if failing else None)
+                    summary = _finish(c, workdir, loop, resumed_at, stopped=why if failing else None)
                 except Exception:
                     if not failing:
                         raise
@@ -166,22 +170,50 @@ def _config_changes(config: ml_collections.ConfigDict, workdir: Path, checkpoint
     """The config changes a resume applies (refused with a :class:`ConfigError` as
     :mod:`archer_jax.run.config_changes` says); writes config.json, the config in use."""
     changes: config_changes.Changes = {}
-    if checkpoints.latest() is not None:
+    latest = checkpoints.latest()
+    if latest is not None:
         before = config_changes.recorded(workdir)
         if before is None:
-            log.warning("%s has checkpoints but no readable config.json: the config cannot be compared", workdir)
+            log.warning("%s has checkpoints but no readable config.json: only the seed, agent and env its checkpoint "
+                        "records are compared", workdir)
         else:
             changes = config_changes.check_resume(config_changes.diff(before, config_changes.as_json(config)), workdir,
                                                   allow)
             if changes:
                 log.warning("resuming with changed config keys: %s", ", ".join(changes))
+        _check_checkpoint_record(config, workdir, checkpoints, latest)  # config.json gone, or not that run's
     if distributed.is_primary():
         config_changes.record(workdir, config)
     return changes
 
 
+def _check_checkpoint_record(config: ml_collections.ConfigDict, workdir: Path, checkpoints: Checkpoints,
+                             step: int) -> None:
+    """Refuses a config whose seed, agent or env is not the one checkpoint ``step`` records (whatever
+    config.json says, or when it is gone)."""
+    record = checkpoints.loop_record(step)
+    try:
+        mismatches = LoopState.from_json(record).mismatches(config) if record is not None else []
+    except (TypeError, KeyError):
+        mismatches = []  # a loop state that does not parse: the restore skips that checkpoint
+    if mismatches:
+        raise ConfigError(f"--workdir {workdir}: checkpoint {step} there is another run's ({'; '.join(mismatches)}); "
+                          "use another --workdir, or the config that run was trained with")
+
+
 def _where(loop: LoopState | None) -> str:
     return "before training" if loop is None else f"at iteration {loop.iteration + 1}"
+
+
+def _after(loop: LoopState | None) -> str:
+    return "before training" if loop is None else f"after iteration {loop.iteration}"
+
+
+def _intact(checkpoints: Checkpoints) -> str:
+    latest = checkpoints.latest()
+    if latest is None:
+        return "no checkpoint was written, so the same command starts afresh"
+    return f"checkpoint {latest} is intact: make room (or fix the path) and the same command resumes from it"
 
 
 def _kept(loop: LoopState | None, checkpoints: Checkpoints) -> str:
@@ -260,7 +292,7 @@ def _start_or_resume(agent: Agent, checkpoints: Checkpoints, writers: report.Wri
                           f"but no checkpoint in {checkpoints.directory} loads; move history.jsonl and summary.json "
                           "away to start afresh here, or use another --workdir")
     replay = agent.new_replay()
-    loop = LoopState(seed=c.seed, rng=jax.random.key_data(parts.key).tolist())
+    loop = LoopState(seed=c.seed, rng=jax.random.key_data(parts.key).tolist(), agent=c.agent, env=c.env.name)
     history.rewrite(parts.workdir, [])
     writers.hparams(c.to_dict())
     pretrain_critic = bool(c.critic_pretrain.steps) and states.critic is not None

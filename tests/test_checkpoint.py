@@ -1,5 +1,7 @@
 """Orbax checkpoints of a run: states, replay buffer and loop state round-trip; partial writes are ignored."""
 
+import shutil
+
 import numpy as np
 import pytest
 from flax import nnx
@@ -57,3 +59,57 @@ def test_keeps_the_newest_checkpoints(learner, tmp_path):
     assert checkpoints.all_steps() == [1, 2]
     a, c, _, loop = checkpoints.restore(2, actor=actor, critic=None)
     assert c is None and loop == {"iteration": 2}
+
+
+def _saved(learner, tmp_path):
+    actor, critic = learner.init_actor(), learner.init_critic()
+    buffer = ReplayBuffer(4)
+    buffer.add(x=[1.0])
+    checkpoints = Checkpoints(tmp_path / "ck", keep=3)
+    checkpoints.save(0, actor=actor, critic=critic, replay=buffer, loop={"iteration": 0})
+    return checkpoints, actor, critic, buffer
+
+
+def test_arrays_that_are_not_the_saved_ones_fail_the_restore_by_their_checksums(learner, tmp_path):
+    """A bad copy: checkpoint 0's critic files replaced by another checkpoint's. They load
+    without an error (as flipped bits in an uncompressed chunk do); the checksums catch it."""
+    import jax
+
+    checkpoints, actor, critic, buffer = _saved(learner, tmp_path)
+    other = critic._replace(params=jax.tree.map(lambda x: x + 1, critic.params))
+    checkpoints.save(1, actor=actor, critic=other, replay=buffer, loop={"iteration": 1})
+    shutil.rmtree(tmp_path / "ck" / "0" / "critic")
+    shutil.copytree(tmp_path / "ck" / "1" / "critic", tmp_path / "ck" / "0" / "critic")
+    with pytest.raises(ValueError, match=r"^the critic's array \['params'\].* does not match the checksum saved with it"):
+        checkpoints.restore(0, actor=actor, critic=critic)
+    _, _, _, loop = checkpoints.restore(0, actor=actor, critic=None)  # the actor's arrays are intact
+    assert loop == {"iteration": 0}  # the checksums are the checkpoint's, not the caller's
+
+
+def test_a_checkpoint_without_room_is_refused_before_writing(learner, tmp_path, monkeypatch):
+    from archer_jax.errors import CheckpointWriteError
+    from archer_jax.run import checkpoint
+
+    checkpoints, actor, critic, buffer = _saved(learner, tmp_path)
+    newest = sum(p.stat().st_size for p in (tmp_path / "ck" / "0").rglob("*") if p.is_file())
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda path: type("Usage", (), {"free": newest // 2})())
+    with pytest.raises(CheckpointWriteError, match=r"^checkpoint 1 needs about [\d.]+ MiB in .*/ck, but [\d.]+ MiB are free$"):
+        checkpoints.save(1, actor=actor, critic=critic, replay=buffer, loop={"iteration": 1})
+    assert checkpoints.all_steps() == [0] and sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["0"]
+
+
+def test_a_failed_write_is_one_line_and_leaves_nothing(learner, tmp_path, monkeypatch, capfd):
+    from archer_jax.errors import CheckpointWriteError
+
+    checkpoints, actor, critic, buffer = _saved(learner, tmp_path)
+
+    def fails(step, **kwargs):
+        (tmp_path / "ck" / f"{step}.orbax-checkpoint-tmp" / "critic").mkdir(parents=True)
+        raise ValueError("RESOURCE_EXHAUSTED: Error writing \"params\": No space left on device\nmore lines")
+
+    monkeypatch.setattr(checkpoints.manager, "save", fails)
+    with pytest.raises(CheckpointWriteError) as error:
+        checkpoints.save(1, actor=actor, critic=critic, replay=buffer, loop={"iteration": 1})
+    assert str(error.value) == (f"checkpoint 1 could not be written to {tmp_path / 'ck'} (ValueError: RESOURCE_EXHAUSTED: "
+                                "Error writing \"params\": No space left on device)")
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["0"]  # its partial directory is gone

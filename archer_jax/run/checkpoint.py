@@ -22,11 +22,14 @@ save again; orbax's rotation would otherwise count them and could delete the goo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import json
 import logging
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from archer_jax.errors import TrainingError
+from archer_jax.errors import CheckpointWriteError, TrainingError, one_line
 from archer_jax.learners.train_state import TrainState
 from archer_jax.data.offline_replay import saved_state
 from archer_jax.replay import ReplayBuffer
@@ -102,6 +105,14 @@ class Checkpoints:
         self.manager.reload()
         return list(self.manager.all_steps())
 
+    def loop_record(self, step: int) -> dict[str, Any] | None:
+        """Checkpoint ``step``'s loop state as written (None where it does not read), without its arrays."""
+        try:
+            record = json.loads((self.directory / str(step) / "loop" / "metadata").read_text())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
     def save(
         self,
         step: int,
@@ -111,13 +122,51 @@ class Checkpoints:
         replay: ReplayBuffer,
         loop: dict[str, Any],
     ) -> None:
-        """Writes checkpoint ``step`` (blocking until it is complete)."""
+        """Writes checkpoint ``step`` (blocking until it is complete). :class:`CheckpointWriteError`
+        when there is not room for it (checked first) or writing it fails; nothing of it is left."""
         states = dict(actor=actor) if critic is None else dict(actor=actor, critic=critic)
+        self._check_space(step, states, replay)
         loop = dict(loop, array_digests={name: array_digests(_as_item(state)) for name, state in states.items()})
         items = dict(replay=ReplaySave(replay), loop=ocp.args.JsonSave(loop))
         items.update({name: ocp.args.StandardSave(_as_item(state)) for name, state in states.items()})
-        self.manager.save(step, args=ocp.args.Composite(**items), force=True)
-        self.manager.wait_until_finished()
+        with _quiet_orbax_failures():
+            try:
+                self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+                self.manager.wait_until_finished()
+                error = None
+            except Exception as e:  # noqa: BLE001 - orbax raises whatever its writers raised
+                error = one_line(e)
+                self._remove_partial(step)
+        if error is not None:
+            raise CheckpointWriteError(f"checkpoint {step} could not be written to {self.directory} ({error})")
+
+    def _check_space(self, step: int, states: dict[str, TrainState], replay) -> None:
+        """Refuses checkpoint ``step`` where the disk has less room than it surely takes: the newest
+        checkpoint's size (the same arrays; the replay buffer only grows), or for the first one its
+        parameters and replay buffer (orbax compresses the rest). One process only: several hosts
+        must take the same decision, and orbax's own failure is reported as well."""
+        if jax.process_count() > 1:
+            return
+        latest = self.latest()
+        if latest is not None:
+            needed = sum(p.stat().st_size for p in (self.directory / str(latest)).rglob("*") if p.is_file())
+        else:
+            needed = sum(_nbytes(s.params) for s in states.values()) + _replay_nbytes(replay)
+        free = shutil.disk_usage(self.directory).free
+        if free < needed:
+            raise CheckpointWriteError(f"checkpoint {step} needs about {needed / 2**20:.1f} MiB in {self.directory}, but "
+                                       f"{free / 2**20:.1f} MiB are free")
+
+    def _remove_partial(self, step: int) -> None:
+        """Deletes what a failed save of ``step`` left (orbax's temporary directory), freeing its space."""
+        if jax.process_index() == 0:
+            for _ in range(5):  # writes still in flight when orbax gave up may create directories again
+                for path in self.directory.glob(f"{step}.orbax-checkpoint-tmp*"):
+                    shutil.rmtree(path, ignore_errors=True)
+                time.sleep(0.2)
+                if not any(self.directory.glob(f"{step}.orbax-checkpoint-tmp*")):
+                    break
+        self.manager.reload()
 
     def restore(
         self, step: int, *, actor: TrainState, critic: TrainState | None
@@ -155,7 +204,7 @@ class Checkpoints:
                 if check is not None:
                     check(restored)
             except Exception as e:  # noqa: BLE001 - any failure to load makes the checkpoint unusable
-                failures.append((step, _reason(e)))
+                failures.append((step, one_line(e)))
                 continue
             if failures:
                 self._set_aside([s for s, _ in failures])
@@ -189,6 +238,67 @@ class Checkpoints:
 
     def close(self) -> None:
         self.manager.close()
+
+
+def _nbytes(tree: Any) -> int:
+    return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree) if hasattr(x, "dtype"))
+
+
+def _replay_nbytes(replay: Any) -> int:
+    nbytes = getattr(replay, "nbytes", None)
+    return nbytes() if callable(nbytes) else 0  # an offline dataset's sampler state is small
+
+
+class _OrbaxFailureFilter(logging.Filter):
+    """Drops what a failed save makes orbax and asyncio log (an error with a traceback per array
+    and per writer task, hundreds of lines): orbax's errors while :meth:`Checkpoints.save` runs (it
+    says why in one line), and asyncio's reports of orbax's futures whose error nobody read."""
+
+    active = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        message = record.getMessage()
+        if "exception was never retrieved" in message and "orbax" in message:  # collected later, at any time
+            return False
+        return not (self.active and "orbax" in record.pathname)
+
+
+_FILTER = _OrbaxFailureFilter()
+
+
+def _unraisable_of_a_failed_save(unraisable) -> bool:
+    """Whether an unraisable error is one a failed save leaves behind: tensorstore's callbacks on
+    orbax's closed event loop, or orbax's writer coroutines collected unfinished (at exit too)."""
+    value = getattr(unraisable, "exc_value", None)
+    if isinstance(value, RuntimeError) and str(value) == "Event loop is closed":
+        return True
+    return "orbax" in repr(getattr(unraisable, "object", ""))
+
+
+@contextlib.contextmanager
+def _quiet_orbax_failures():
+    """Within: orbax's errors dropped (:class:`_OrbaxFailureFilter`). Installed for good (once): the
+    filter on absl's and asyncio's loggers, and an unraisable hook that drops
+    :func:`_unraisable_of_a_failed_save`'s errors."""
+    for name in ("absl", "asyncio"):
+        if _FILTER not in logging.getLogger(name).filters:
+            logging.getLogger(name).addFilter(_FILTER)
+    if not getattr(sys.unraisablehook, "_archer_jax", False):
+        previous = sys.unraisablehook
+
+        def hook(unraisable) -> None:
+            if not _unraisable_of_a_failed_save(unraisable):
+                previous(unraisable)
+
+        hook._archer_jax = True
+        sys.unraisablehook = hook
+    _FILTER.active = True
+    try:
+        yield
+    finally:
+        _FILTER.active = False
 
 
 def array_digests(tree: Any) -> dict[str, str]:
@@ -226,10 +336,3 @@ def _check_digests(item: str, recorded: dict[str, str], restored: dict[str, str]
     for name, digest in recorded.items():
         if name in restored and restored[name] != digest:
             raise ValueError(f"the {item}'s array {name} does not match the checksum saved with it (damaged data)")
-
-
-def _reason(error: BaseException) -> str:
-    """One short line for why a checkpoint did not load."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
-    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__

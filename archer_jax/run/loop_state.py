@@ -16,6 +16,8 @@ class LoopState:
 
     seed: int
     rng: list[int]  # the run's JAX key data (every phase's key is folded from it)
+    agent: str = ""  # config.agent and config.env.name of the run ("" in older checkpoints)
+    env: str = ""
     iteration: int = 0
     env_samples: int = 0  # transitions collected
     episodes: int = 0  # dialogues collected
@@ -36,6 +38,14 @@ class LoopState:
     def to_json(self) -> dict[str, Any]:
         """The checkpoint's ``loop`` item."""
         return dataclasses.asdict(self)
+
+    def mismatches(self, config) -> list[str]:
+        """``key: recorded, given`` for each of the run's seed, agent and env that ``config`` changes."""
+        given = dict(seed=config.seed, agent=config.agent, env=config.env.name)
+        recorded = dict(seed=self.seed, agent=self.agent, env=self.env)
+        names = dict(seed="seed", agent="agent", env="env.name")
+        return [f"{names[k]}: {recorded[k]!r} there, {given[k]!r} here" for k in given
+                if recorded[k] not in ("", None) and recorded[k] != given[k]]
 
     def last_finite_iteration(self) -> int:
         """The last iteration whose learner steps were all finite (0: none, or before training)."""

@@ -258,7 +258,8 @@ def test_a_second_signal_stops_at_once_and_keeps_the_checkpoint_before(monkeypat
 
 
 def _files(workdir: Path) -> dict[str, bytes]:
-    return {name: (workdir / name).read_bytes() for name in ("config.json", "summary.json", "history.jsonl")}
+    return {name: (workdir / name).read_bytes() for name in ("config.json", "summary.json", "history.jsonl")
+            if (workdir / name).exists()}
 
 
 def test_a_changed_config_is_refused_in_one_line_and_nothing_is_rewritten(finished, tmp_path):
@@ -284,6 +285,27 @@ def test_keys_a_checkpoint_depends_on_cannot_change_even_when_allowed(overrides,
     with pytest.raises(ConfigError, match=rf"keys a resume cannot change \({key} "):
         train_and_evaluate(micro(**THREE, **overrides), workdir, allow_config_changes=True)
     assert _files(workdir) == before
+
+
+@pytest.mark.parametrize("overrides, named", [
+    (dict(seed=3), "seed: 0 there, 3 here"),
+    (dict(agent="chai", chai_samples=2), "agent: 'archer' there, 'chai' here"),
+    (dict(env__name="twenty_questions"), "env.name: 'twenty_questions_subset' there, 'twenty_questions' here"),
+])
+@pytest.mark.parametrize("config_json", ["deleted", "garbled"])
+def test_without_config_json_the_checkpoint_own_record_guards_the_resume(overrides, named, config_json, finished,
+                                                                         tmp_path):
+    workdir = _copy(finished, tmp_path)
+    if config_json == "deleted":
+        (workdir / "config.json").unlink()
+    else:
+        (workdir / "config.json").write_text("{\"seed\": ")
+    before = _files(workdir)
+    with pytest.raises(ConfigError) as error:
+        train_and_evaluate(micro(**THREE, **overrides), workdir, allow_config_changes=True)
+    assert str(error.value) == (f"--workdir {workdir}: checkpoint 3 there is another run's ({named}); use another "
+                                "--workdir, or the config that run was trained with")
+    assert _files(workdir) == before  # config.json not written over either
 
 
 def test_allowed_changes_apply_from_the_next_iteration_and_are_recorded(finished, tmp_path):

@@ -327,6 +327,45 @@ def test_a_run_whose_last_iterations_were_not_finite_does_not_report_itself_fini
     assert _complete_steps(tmp_path) == {0}
 
 
+# ---- stops by a failure: every one writes why in summary.json ---------------------------
+
+
+@pytest.mark.slow
+def test_a_full_disk_at_a_checkpoint_stops_in_one_line_and_the_summary_says_so(tmp_path, monkeypatch):
+    from archer_jax.run import checkpoint
+
+    real = checkpoint.shutil.disk_usage
+    full = lambda path: real(path)._replace(free=0) if (tmp_path / "checkpoints" / "1").exists() else real(path)
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", full)  # room for checkpoints 0 and 1 only
+    with pytest.raises(TrainingError) as stopped:
+        train_and_evaluate(micro(iterations=3, save_freq=1), tmp_path)
+    message = str(stopped.value)
+    assert "\n" not in message and message.startswith("stopped after iteration 2: checkpoint 2 needs about ")
+    assert message.endswith("MiB are free; checkpoint 1 is intact: make room (or fix the path) and the same command "
+                            "resumes from it")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stopped"] == message and summary["iterations"] == 2
+    assert _complete_steps(tmp_path) == {0, 1}
+
+
+@pytest.mark.slow
+def test_an_unexpected_error_is_recorded_as_the_stop(tmp_path, monkeypatch):
+    from archer_jax import train
+
+    original = train.rollout.collect
+
+    def collect(parts, act, states, iteration):
+        if iteration == 2:
+            raise RuntimeError("the env server went away\nits details")
+        return original(parts, act, states, iteration)
+
+    monkeypatch.setattr(train.rollout, "collect", collect)
+    with pytest.raises(RuntimeError, match="the env server went away"):
+        train_and_evaluate(micro(iterations=3, save_freq=1), tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stopped"] == "stopped at iteration 2 by an error: RuntimeError: the env server went away"
+
+
 # ---- errors -------------------------------------------------------------------------------
 
 
