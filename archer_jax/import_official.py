@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -115,8 +117,40 @@ def convert_trainer(obj: dict, out: Path, base_dir: Path, critic_base_dir: Path,
 
 
 def convert(path: str | Path, out: str | Path, *, base: str | None = None, critic_base: str = DEFAULT_CRITIC_BASE) -> dict[str, Path]:
-    """Converts the official file at ``path`` into ``out``; returns what was written, by role."""
+    """Converts the official file at ``path`` into ``out``; returns what was written, by role.
+
+    ``out`` is checked first; the files are written to a directory beside it and moved into it
+    once every one is written and loads, so an import that fails leaves ``out`` as it was."""
     path, out = Path(path).expanduser(), Path(out).expanduser()
+    _check_out(out)
+    staging = out.with_name(f"{out.name}.importing-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        written = _convert(path, staging, base=base, critic_base=critic_base)
+        out.mkdir(parents=True, exist_ok=True)
+        for child in sorted(staging.iterdir()):
+            target = out / child.name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(child, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {role: out / Path(p).relative_to(staging) for role, p in written.items()}
+
+
+def _check_out(out: Path) -> None:
+    """``--out`` is, or can be made, a writable directory (one line otherwise, before any work)."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise OfficialFileError(f"--out: {existing} is a file, not a directory")
+    for directory in {existing, out.parent if existing == out else existing}:
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise OfficialFileError(f"--out: {directory} is not writable")
+
+
+def _convert(path: Path, out: Path, *, base: str | None, critic_base: str) -> dict[str, Path]:
     obj = read_torch(path)
     kind = kind_of(obj, path)
     if kind == "oracle":

@@ -144,13 +144,17 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
             stop = TrainingError(f"stopped {_where(loop)}: {e}; {_kept(loop, checkpoints)}")
         except Exception as e:  # several hosts: another one died, and the exchange with it broke
             lost = distributed.lost_host(e)
-            if lost is None:
+            if lost is None and workdir.is_dir():
                 raise
-            stop = distributed.HostLost(f"{lost} {_where(loop)}; {_resumes(checkpoints)}")
+            if lost is None:  # deleted, or its file system unmounted, under the run
+                stop = TrainingError(f"stopped {_where(loop)}: the workdir {workdir} is gone (deleted or unmounted "
+                                     f"during the run: {one_line(e)}); nothing more could be saved there")
+            else:
+                stop = distributed.HostLost(f"{lost} {_where(loop)}; {_resumes(checkpoints)}")
         finally:
             parts.close()
             writers.close()
-            if loop is not None:  # every stop writes the reports of what was done
+            if loop is not None and workdir.is_dir():  # every stop writes the reports of what was done
                 error = sys.exc_info()[1]  # an error no handler above turned into a stop
                 failing = stop is not None or error is not None
                 why = str(stop) if stop is not None else f"stopped {_where(loop)} by an error: {one_line(error)}"

@@ -471,6 +471,26 @@ def test_a_workdir_under_proc_or_sys_is_refused():
     assert_match(one_line_error(preflight.check_workdir, "/sys/x/run"), r"--workdir: /sys/x/run is under /sys")
 
 
+def test_a_workdir_name_too_long_for_the_file_system_is_refused(tmp_path):
+    assert_match(one_line_error(preflight.check_workdir, tmp_path / ("x" * 300) / "run"),
+                 r"--workdir: the name x{40}\.\.\. is 300 bytes; this file system allows \d+")
+    deep = tmp_path.joinpath(*["d" * 200] * 21)  # each name fits; the whole path does not
+    assert_match(one_line_error(preflight.check_workdir, deep), r"--workdir: .* bytes long; the files a run writes "
+                                                                r"there would pass this file system's \d+-byte limit")
+
+
+def test_a_platform_jax_cannot_start_is_one_line(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "archer_jax.train", f"--config={CONFIG}:micro", f"--workdir={tmp_path / 'run'}"],
+        capture_output=True, text=True, timeout=180, env={**os.environ, "JAX_PLATFORMS": "rocm"})
+    assert run.returncode == 1, run.stderr[-2000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: JAX_PLATFORMS=rocm: JAX could not start a backend (") and last.endswith(
+        "unset JAX_PLATFORMS to use what this machine has, or install jax for that platform (for NVIDIA GPUs: "
+        "pip install -e '.[cuda]')"), run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and not (tmp_path / "run").exists()
+
+
 def test_a_compilation_cache_url_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     c = micro(compilation_cache="gs://bucket/xla")

@@ -140,6 +140,16 @@ def test_cli(official, tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("error: ") and "missing.pt: no such file" in err[0]
 
 
+def test_an_out_that_cannot_be_a_directory_is_one_line_before_any_work(official, tmp_path, capsys):
+    _, _, path, base = official
+    (tmp_path / "file").write_text("")
+    for out, message in [(tmp_path / "file", f"--out: {tmp_path / 'file'} is a file, not a directory"),
+                         (tmp_path / "file" / "oracle", f"--out: {tmp_path / 'file'} is a file, not a directory")]:
+        assert import_official.main([str(path), "--out", str(out), "--base", str(base)]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"error: {message}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 def test_a_base_without_a_tokenizer_fails_before_writing(official, tmp_path, capsys):
     _, _, path, base = official
     (tmp_path / "no_tokenizer").mkdir()
@@ -253,6 +263,8 @@ def test_trainer_file_missing_a_head_names_it(tmp_path, bases, trainer_file):
                 "target_critic_state_dict": target.state_dict()}, broken)
     with pytest.raises(import_official.OfficialFileError, match=r"critic_state_dict: missing tensors critic.v_critic2.0.weight"):
         import_official.convert(broken, tmp_path / "out", base=str(bases[0]), critic_base=str(bases[1]))
+    # The policy was converted before the critic failed: nothing of it is left, in --out or beside it.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.pt"]
     unknown = tmp_path / "unknown.pt"
     torch.save({"weights": {"x": torch.zeros(2)}}, unknown)
     with pytest.raises(import_official.OfficialFileError, match=r"not an official oracle, policy or trainer file"):

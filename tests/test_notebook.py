@@ -90,6 +90,32 @@ def test_the_install_cell_adds_jax_tpu_on_a_tpu_runtime_only(install_cell, tmp_p
         ["python", "-m", "pip", "install", "-q", "-e", str(tmp_path / "src")]]
 
 
+def test_the_install_cell_adds_the_cuda_extra_on_an_nvidia_gpu_runtime_and_leaves_drive_alone(install_cell, tmp_path):
+    import configparser
+
+    on_gpu = install_cell["on_nvidia_gpu"]
+    assert not on_gpu(tmp_path)
+    device = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:00:04.0"
+    device.mkdir(parents=True)
+    (device / "vendor").write_text("0x10de\n")
+    (device / "class").write_text("0x040300\n")  # an NVIDIA audio function: no GPU
+    assert not on_gpu(tmp_path)
+    (device / "class").write_text("0x030200\n")  # a 3D controller: an NVIDIA GPU
+    assert on_gpu(tmp_path)
+    (tmp_path / "dev").mkdir()
+    (device / "vendor").write_text("0x1ae0\n")
+    (tmp_path / "dev" / "nvidia0").touch()  # the driver's device file alone
+    assert on_gpu(tmp_path)
+    commands = []
+    install_cell["run"] = commands.append
+    install_cell["install"](str(ROOT), False, python="python", gpu=True)
+    assert [list(map(str, c)) for c in commands] == [["python", "-m", "pip", "install", "-q", "-e", f"{ROOT}[cuda]"]]
+    extras = configparser.ConfigParser()
+    extras.read(ROOT / "setup.cfg")
+    assert extras["options.extras_require"]["cuda"].split() == ["jax[cuda12]"]  # the extra it names exists
+    assert install_cell["USE_DRIVE"] is False  # no Drive prompt unless asked for
+
+
 def test_the_install_cell_installs_this_checkout_into_a_fresh_venv(install_cell, tmp_path, monkeypatch):
     """Its own install command, on a venv with nothing installed: --no-deps and no build isolation
     keep it offline (the build backend is this environment's setuptools, on PYTHONPATH)."""

@@ -55,3 +55,22 @@ def test_no_tpu_backend_is_started_where_no_tpu_is_attached():
     assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
     assert done.stdout.strip() in ("cpu", "gpu", "cuda")
     assert not xla_flags.skip_absent_tpu({"JAX_PLATFORMS": "cpu"})  # the user's choice stands
+
+
+@pytest.mark.parametrize("code", [
+    "import archer_jax; import jax; print(jax.devices()[0].platform)",  # the README's Python snippets
+    "import jax; from archer_jax import models; print(jax.devices()[0].platform)",  # jax first, then any module
+])
+def test_importing_archer_jax_alone_keeps_the_tpu_probe_quiet(code):
+    if xla_flags.tpu_attached():
+        pytest.skip("a TPU is attached to this machine")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "libtpu" not in done.stderr and "TPU" not in done.stderr, done.stderr[-2000:]
+
+
+def test_importing_archer_jax_keeps_transformers_advice_that_pytorch_is_missing_quiet():
+    code = "import sys; sys.modules['torch'] = None; import archer_jax; import transformers; transformers.AutoConfig"
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_NO_ADVISORY_WARNINGS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "PyTorch was not found" not in done.stderr, done.stderr[-2000:]

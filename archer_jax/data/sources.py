@@ -14,7 +14,9 @@ SHA-256, :func:`fingerprint`) in ``source.json`` beside it, and is reused only f
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import logging
 import shutil
@@ -93,9 +95,10 @@ def prepare(env: str, manual_dir: str | Path, data_dir: str | Path,
         built = builder(env, data_dir)
     log.info("%s: building from %s", built.name, ", ".join(f"{k}: {[p.name for p in v]}" for k, v in splits.items()))
     tfds.display_progress_bar(False)  # its per-shard bars would flood a run's log; the log lines above say it
-    built.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir)), file_format=FILE_FORMAT
-    )
+    with contextlib.redirect_stdout(io.StringIO()):  # TFDS prints "Downloading and preparing dataset Unknown size"
+        built.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir)), file_format=FILE_FORMAT
+        )
     (Path(built.data_dir) / SOURCE).write_text(json.dumps(files, indent=1) + "\n")
     log.info("%s: built %s", built.name, ", ".join(f"{k}: {v.num_examples} transitions" for k, v in built.info.splits.items()))
     return built

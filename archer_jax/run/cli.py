@@ -12,11 +12,13 @@ model that cannot be loaded, a stopped run) ends the process with one line namin
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import traceback
 from pathlib import Path
 
+import jax
 import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
@@ -25,7 +27,7 @@ from archer_jax import config as config_lib, distributed
 from archer_jax.config import FREE_FORM, RENAMED, flat_defaults, renamed, unknown_key, validate
 from archer_jax.config_docs import KEY_DOCS
 from archer_jax.envs.base import EnvError
-from archer_jax.errors import ConfigError, TrainingError
+from archer_jax.errors import ConfigError, TrainingError, one_line
 from archer_jax.models.hub import ModelLoadError
 from archer_jax.train import train_and_evaluate
 from archer_jax.xla_flags import quiet_tpu_probe, set_default_flags
@@ -87,6 +89,7 @@ def main(argv: list[str]) -> None:
         distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     except distributed.DistributedError as e:
         sys.exit(f"error: {e}")
+    _check_backend()
     # Every process trains; the primary one talks (the others only warn).
     logging.getLogger("archer_jax").setLevel(logging.INFO if distributed.is_primary() else logging.WARNING)
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax and clu log every file they write
@@ -97,6 +100,18 @@ def main(argv: list[str]) -> None:
         distributed.exit_at_once(f"error: {e}")
     except (ConfigError, ModelLoadError, TrainingError, EnvError) as e:
         sys.exit(f"error: {e}")
+
+
+def _check_backend() -> None:
+    """Exits with one line when JAX cannot start a backend (``JAX_PLATFORMS`` naming a platform
+    this machine or this jax lacks), before anything else touches one."""
+    try:
+        jax.devices()
+    except Exception as e:  # noqa: BLE001 - RuntimeError, or a bare AssertionError for cuda without its plugin
+        platforms = os.environ.get("JAX_PLATFORMS", "")
+        named = f"JAX_PLATFORMS={platforms}: " if platforms else ""
+        sys.exit(f"error: {named}JAX could not start a backend ({one_line(e)}); unset JAX_PLATFORMS to use what this "
+                 "machine has, or install jax for that platform (for NVIDIA GPUs: pip install -e '.[cuda]')")
 
 
 USAGE = ("usage: python -m archer_jax.train --config=configs/FILE.py[:PRESET] --workdir=DIR "

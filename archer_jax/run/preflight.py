@@ -63,8 +63,13 @@ def check_rollout(config: ml_collections.ConfigDict, processes: int) -> None:
 
 
 def _nearest_existing(path: Path) -> Path:
-    """``path`` or its closest ancestor that exists."""
-    while not path.exists() and path != path.parent:
+    """``path`` or its closest ancestor that exists (a name too long to look up does not)."""
+    while path != path.parent:
+        try:
+            if path.exists():
+                break
+        except OSError:
+            pass
         path = path.parent
     return path
 
@@ -84,6 +89,24 @@ def _check_writable_directory(path: Path, what: str) -> None:
         raise ConfigError(f"{what}: {existing} is not writable{made}")
 
 
+def _check_name_lengths(path: Path, what: str) -> None:
+    """Each name in ``path``, and the path with the longest file a run writes there, fit the file
+    system's limits (NAME_MAX, PATH_MAX of the nearest directory that exists)."""
+    existing = _nearest_existing(path)
+    try:
+        name_max, path_max = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return
+    for name in path.absolute().parts:
+        if len(os.fsencode(name)) > name_max:
+            raise ConfigError(f"{what}: the name {name[:40]}... is {len(os.fsencode(name))} bytes; this file system "
+                              f"allows {name_max}")
+    # the deepest file a checkpoint writes is about 160 bytes below the workdir
+    if len(os.fsencode(str(path.absolute()))) + 160 > path_max:
+        raise ConfigError(f"{what}: {str(path)[:40]}... is {len(os.fsencode(str(path.absolute())))} bytes long; the "
+                          f"files a run writes there would pass this file system's {path_max}-byte limit")
+
+
 def check_workdir(workdir: str | os.PathLike) -> None:
     """The workdir is (or can be made) a writable directory, and what a run writes there is not
     blocked by a file of the same name. An empty or blank path (an unset ``$WORKDIR``) is refused:
@@ -98,6 +121,7 @@ def check_workdir(workdir: str | os.PathLike) -> None:
         raise ConfigError(f"--workdir: {workdir} is a URL; the workdir is a directory of the file system "
                           "(for a bucket, mount it with gcsfuse and give the mount path: docs/multihost.md)")
     path = Path(workdir).expanduser()
+    _check_name_lengths(path, "--workdir")
     _check_writable_directory(path, "--workdir")
     checkpoints = path / "checkpoints"
     if checkpoints.exists() and not checkpoints.is_dir():

@@ -167,7 +167,7 @@ def test_unknown_split(built_20q):
         sources.data_source("20q", root / "data", split="validation")
 
 
-def test_city_builder_small(tmp_path):
+def test_city_builder_small(tmp_path, capfd):
     games = [
         {"conversation": ["Based on it:\n\nIs it in Asia? Yes, it is.", "Is it Tokyo? Yes!", "Is it Kyoto? No."],
          "done": True, "word": "tokyo,japan"},
@@ -175,7 +175,9 @@ def test_city_builder_small(tmp_path):
     ]
     dialogues.write_city_dialogues(tmp_path / "manual" / "dialogues.json", games)
     dialogues.write_city_dialogues(tmp_path / "manual" / "valid.json", games[1:])
+    capfd.readouterr()
     sources.prepare("city", tmp_path / "manual", tmp_path / "data")
+    assert "Downloading and preparing" not in capfd.readouterr().out  # TFDS's own lines; the log says it
     columns = read_all(sources.data_source("city", tmp_path / "data"))
     expected = {
         (e, t["turn"]): {**t, "episode": e} for e, g in enumerate(games) for t in dialogues.city_transitions(g)

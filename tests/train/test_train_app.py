@@ -366,6 +366,28 @@ def test_an_unexpected_error_is_recorded_as_the_stop(tmp_path, monkeypatch):
     assert summary["stopped"] == "stopped at iteration 2 by an error: RuntimeError: the env server went away"
 
 
+@pytest.mark.slow
+def test_a_workdir_deleted_during_the_run_stops_in_one_line(tmp_path, monkeypatch):
+    import shutil
+
+    from archer_jax import train
+
+    workdir, original = tmp_path / "run", train.rollout.collect
+
+    def collect(parts, act, states, iteration):
+        if iteration == 2:
+            shutil.rmtree(workdir)
+        return original(parts, act, states, iteration)
+
+    monkeypatch.setattr(train.rollout, "collect", collect)
+    with pytest.raises(TrainingError) as stopped:
+        train_and_evaluate(micro(iterations=3, save_freq=1), workdir)
+    message = str(stopped.value)
+    assert "\n" not in message and message.startswith(f"stopped at iteration 2: the workdir {workdir} is gone (deleted "
+                                                        "or unmounted during the run: FileNotFoundError: ")
+    assert not workdir.exists()  # nothing was made again there
+
+
 # ---- errors -------------------------------------------------------------------------------
 
 
