@@ -29,6 +29,7 @@ import functools
 import json
 import logging
 import math
+import os
 import re
 import sys
 import tempfile
@@ -55,7 +56,7 @@ from archer_jax.model_oracle import DEFAULT_T5_BASE
 from archer_jax.models.t5 import generate as t5_generate
 from archer_jax.models.tokenizer import Tokens, next_power_of_two
 from archer_jax.plan_parts import PlanParts, abstract_model, model_config
-from archer_jax.run import cli
+from archer_jax.run import cli, preflight
 from archer_jax.sampling.decoding import SamplingParams
 from archer_jax.xla_flags import quiet_tpu_probe, set_default_flags
 
@@ -210,7 +211,7 @@ def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str 
             layout = step.layout(*args)
             compiled = step.compile(*args)
         except Exception as e:  # noqa: BLE001 (a step that does not fit, or that XLA refuses: reported)
-            program.compile_s, program.fits, program.error = time.perf_counter() - start, False, str(e).splitlines()[0]
+            program.compile_s, program.fits, program.error = time.perf_counter() - start, False, _first_line(e)
             programs.append(program)
             continue
         program.compile_s = time.perf_counter() - start
@@ -240,7 +241,13 @@ def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str 
         for name, lowered, loops, least in (("prefill", prefill, 1, None), ("decode", decode, sampling.max_new_tokens, floor)):
             program = ProgramPlan(f"{use} {name}", f"{rows} rows x {parts.max_prompt_length}+{sampling.max_new_tokens} "
                                   f"tokens per host", calls)
-            compiled = lowered.compile()
+            try:
+                compiled = lowered.compile()
+            except Exception as e:  # noqa: BLE001 (XLA's refusal, out of memory most often: the verdict says it)
+                program.compile_s, program.fits, program.error = time.perf_counter() - start, False, _first_line(e)
+                programs.append(program)
+                start = time.perf_counter()
+                continue
             program.compile_s = time.perf_counter() - start
             start = time.perf_counter()
             _analyse(program, compiled, chip, resident, policy_bytes, loops, floor_bytes=least)
@@ -310,12 +317,34 @@ def table(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def _out_of_memory(error: str) -> bool:
+    """Whether XLA's refusal is a program that does not fit in the chip's memory."""
+    return any(mark in error for mark in ("RESOURCE_EXHAUSTED", "Ran out of memory", "exceeds available HBM",
+                                          "Exceeded hbm capacity"))
+
+
+SAMPLER_ADVICE = ("fewer games per host (config.rollout_size, config.eval_size), fewer new tokens "
+                  "(config.sampling.max_new_tokens), or shard the policy (config.mesh.fsdp=-1, config.mesh.tensor)")
+LEARNER_ADVICE = ("set config.model.remat=full, a smaller config.learner.micro_batch_size, or shard more "
+                  "(config.mesh.fsdp=-1, config.mesh.tensor)")
+
+
 def not_fitting_line(plan: Plan) -> str | None:
     """The one-line error of a plan with a program that does not fit (None: everything fits)."""
     bad = plan.not_fitting()
     if not bad:
         return None
     p = bad[0]
+    sampler = p.name.endswith((" prefill", " decode"))
+    if p.error and _out_of_memory(p.error):
+        hbm = f"{size_text(plan.hbm_bytes)} of HBM per chip" if plan.hbm_bytes else "memory"
+        return (f"error: {p.name} does not fit in {plan.target}'s {hbm} (XLA: {p.error[:200]}): "
+                f"{SAMPLER_ADVICE if sampler else LEARNER_ADVICE}")
     if p.error:
         return f"error: {p.name} does not compile for {plan.target}: {p.error}"
     if p.name == "states":
@@ -323,8 +352,7 @@ def not_fitting_line(plan: Plan) -> str | None:
                 f"{size_text(plan.hbm_bytes)}: shard them over more chips (config.mesh.fsdp=-1 on a larger slice) "
                 f"or train LoRA adapters (config.model.lora.rank)")
     return (f"error: {p.name} needs {size_text(p.peak_bytes)} per chip on {plan.target}, which has "
-            f"{size_text(plan.hbm_bytes)}: set config.model.remat=full, a smaller config.learner.micro_batch_size, "
-            f"or shard more (config.mesh.fsdp=-1, config.mesh.tensor)")
+            f"{size_text(plan.hbm_bytes)}: {SAMPLER_ADVICE if sampler else LEARNER_ADVICE}")
 
 
 _TARGET = flags.DEFINE_string("target", "local", "The accelerator: a TPU type as gcloud names it (v5litepod-8, "
@@ -340,12 +368,18 @@ def main(argv: list[str]) -> None:
         config.keys()
         validate(config, weights=False)
         target = targets.get(_TARGET.value)
+        if _JSON.value:
+            check_json_path(Path(_JSON.value).expanduser())
     except (OSError, ConfigError, targets.TargetError) as e:
         sys.exit(f"error: {cli._last_line(e)}")
     if target.is_tpu and not xla_bridge.backends_are_initialized():
         # Compiling for a slice needs no local accelerator: on a TPU VM of a pod slice, a local TPU
         # backend would wait for the other hosts. This process computes nothing on its own devices.
         jax.config.update("jax_platforms", "cpu")
+    try:
+        preflight.check_mesh(config.mesh, len(target.devices()))
+    except ConfigError as e:
+        sys.exit(f"error: {e} (on {target.name})")
     with tempfile.TemporaryDirectory() as workdir:  # tiny models are built here (nothing else is written)
         try:
             plan = plan_run(config, target, Path(workdir), config_name=flags.FLAGS["config"].serialize().split("=", 1)[-1])
@@ -357,6 +391,16 @@ def main(argv: list[str]) -> None:
     line = not_fitting_line(plan)
     if line:
         sys.exit(line)
+
+
+def check_json_path(path: Path) -> None:
+    """``--json`` names a file that can be written (checked before minutes of compiling)."""
+    if path.is_dir():
+        raise ConfigError(f"--json: {path} is a directory; give a file path, e.g. --json={path / 'plan.json'}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"--json: {path.parent} is not a directory")
+    if not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"--json: {path} cannot be written")
 
 
 USAGE = ("usage: python -m archer_jax.plan --config=configs/FILE.py[:PRESET] --target=SLICE [--json=PATH] "

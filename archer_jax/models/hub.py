@@ -118,11 +118,11 @@ def probe(repo_id: str, timeout_s: float = 5.0) -> str | None:
         return type(reason if isinstance(reason, BaseException) else e).__name__
 
 
-def peek_config(name_or_path: str | os.PathLike) -> dict[str, Any] | None:
+def peek_config(name_or_path: str | os.PathLike, online: bool = True) -> dict[str, Any] | None:
     """``config.json`` of a model directory or hub name, without reading or downloading weights.
 
-    A hub name is read from the Hugging Face cache, or (online) only its ``config.json`` is
-    fetched. None when it cannot be had: the loader then reports why, in one line.
+    A hub name is read from the Hugging Face cache, or (online, unless ``online`` is False) only
+    its ``config.json`` is fetched. None when it cannot be had: the loader then reports why, in one line.
     """
     name = os.fspath(name_or_path)
     path = Path(name).expanduser()
@@ -136,7 +136,7 @@ def peek_config(name_or_path: str | os.PathLike) -> dict[str, Any] | None:
         cached = huggingface_hub.try_to_load_from_cache(name, CONFIG)
         if isinstance(cached, str):
             file = Path(cached)
-        elif is_offline():
+        elif is_offline() or not online:
             return None
         else:
             file = Path(huggingface_hub.hf_hub_download(name, CONFIG))
@@ -161,17 +161,16 @@ def packaged_config_names() -> list[str]:
 def known_config(name_or_path: str | os.PathLike) -> dict[str, Any] | None:
     """``config.json`` of a model, from wherever it can be had without weights.
 
-    In order: a model directory, the Hugging Face cache, the hub (when online), and last the
-    copy that ships with archer_jax for the models the presets name (see
-    :func:`packaged_config_names`). The shapes of these models are thus known offline, with an
-    empty cache. None when none of these has it.
+    In order: a model directory, the Hugging Face cache, the copy that ships with archer_jax for
+    the models the presets name (see :func:`packaged_config_names`), and last the hub (when
+    online). The shapes of these models are thus known offline, with an empty cache, and without
+    waiting on a hub that cannot be reached. None when none of these has it.
     """
-    found = peek_config(name_or_path)
-    if found is not None:
-        return found
     name = os.fspath(name_or_path)
-    if name not in packaged_config_names():
-        return None
+    packaged = name in packaged_config_names()
+    found = peek_config(name_or_path, online=not packaged)
+    if found is not None or not packaged:
+        return found
     return json.loads((_PACKAGED_CONFIGS / name.replace("/", "--") / CONFIG).read_text())
 
 

@@ -119,3 +119,20 @@ def test_flan_t5_small_sizes(empty_cache):
     ours = _ours(FLAN_T5)
     assert (ours.d_model, ours.num_layers, ours.num_heads, ours.d_ff, ours.vocab_size) == (512, 8, 6, 1024, 32128)
     assert ours.feed_forward_proj == "gated-gelu" and ours.tie_word_embeddings is False
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_known_config_online_with_an_empty_cache_never_asks_the_hub_for_a_packaged_model(empty_cache, name,
+                                                                                        monkeypatch):
+    """A hub that cannot be reached costs a run's plan nothing (its retries took ~46 s): the copy
+    that ships with the package serves before any download is tried."""
+    import huggingface_hub
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(hub, "is_offline", lambda: False)
+
+    def unreachable(*args, **kwargs):
+        raise AssertionError("the hub was asked")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", unreachable)
+    assert hub.known_config(name) == json.loads((_packaged_dir(name) / "config.json").read_text())
