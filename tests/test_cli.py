@@ -544,3 +544,16 @@ def test_an_unreachable_hub_is_one_line_after_one_probe(unreachable_hub, tmp_pat
     assert_match(message, r"config.model.policy: cannot load 'gpt2': .*the hub at http://127.0.0.1:\d+ is unreachable")
     assert "configs/20q.py:tiny" in message
     assert len(unreachable_hub) == 1  # one probe for both models, no retries
+
+
+def test_a_warmup_as_long_as_the_run_says_it_trains_the_critic_only(caplog, tmp_path):
+    with caplog.at_level(logging.WARNING, logger="archer_jax"):
+        preflight.check(micro(iterations=2, warmup_iter=2), tmp_path / "run")
+    assert [r.getMessage() for r in caplog.records] == [
+        "config.warmup_iter=2 >= config.iterations=2: this run trains the critic only (the actor starts after "
+        "iteration 2; a resume with more iterations gets there)"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="archer_jax"):
+        preflight.check(micro(iterations=2, warmup_iter=1), tmp_path / "run")
+        preflight.check(micro(agent="ppo", iterations=2, warmup_iter=2), tmp_path / "run")  # GAE: no warm-up
+    assert not caplog.records

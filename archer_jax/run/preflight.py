@@ -14,6 +14,7 @@ demonstrations parses. A run that passes fails later only for reasons that appea
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from pathlib import Path
 
@@ -29,6 +30,8 @@ from archer_jax.hub_names import is_cached
 from archer_jax.models import hub
 from archer_jax.models.pretrained import ARCHITECTURES, CAUSAL_LM_TYPES
 from archer_jax.models.tiny import offline_model, tiny_config, tiny_kind
+
+log = logging.getLogger("archer_jax")
 
 KERNEL_FILE_SYSTEMS = (Path("/proc"), Path("/sys"))
 # The least a replay transition takes before its texts and tokens are stored: its slot in each
@@ -52,6 +55,20 @@ def check(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None
     check_models(config)
     check_mesh(config.mesh, jax.device_count())
     check_rollout(config, jax.process_count())
+    warn_critic_only(config)
+
+
+def warn_critic_only(config: ml_collections.ConfigDict) -> None:
+    """Says in one line when ``warmup_iter`` leaves no iteration to the actor (a critic-only run,
+    which a resume with more ``iterations`` continues)."""
+    agent_config = agents.get(config.agent).config_of(config)
+    warmup, steps = getattr(agent_config, "warmup_iter", 0), getattr(agent_config, "actor_steps", 0)
+    waits = agent_config.agent in ("archer", "offline_archer") or (
+        agent_config.agent == "ppo" and agent_config.ppo.adv_estimator == "archer_hierarchical")
+    if waits and steps and warmup >= config.iterations:
+        log.warning("config.warmup_iter=%d >= config.iterations=%d: this run trains the critic only (the actor "
+                    "starts after iteration %d; a resume with more iterations gets there)", warmup, config.iterations,
+                    warmup)
 
 
 def check_rollout(config: ml_collections.ConfigDict, processes: int) -> None:
