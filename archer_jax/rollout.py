@@ -215,6 +215,13 @@ def _play(parts: Parts, act: AgentAct, states: States, seeds: Sequence[int], key
     return concat_gathered(mine)
 
 
+def play_games(parts: Parts, act: AgentAct, states: States, seeds: Sequence[int], key, *, greedy: bool, label: str,
+               split: str = "eval") -> list[Episode]:
+    """The games of ``seeds`` on ``split``'s tasks, dialogue ``g`` sampled with keys folded from
+    ``key`` (greedy: the agent's greedy rule), as the run's evaluations play them."""
+    return _play(parts, act, states, list(seeds), key, greedy, label, split=split)
+
+
 def collect(parts: Parts, act: AgentAct, states: States, iteration: int, staleness: int = 0,
             cancel: threading.Event | None = None) -> list[Episode]:
     """``rollout_size`` dialogues with the agent's acting rule (sampling; CHAI: its choice), on the

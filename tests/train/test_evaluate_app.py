@@ -1,0 +1,64 @@
+"""python -m archer_jax.evaluate on a finished micro run: seed 0 replays the run's own logged
+evaluations (greedy and sampled) of its last checkpoint exactly, another seed plays other games,
+the JSON holds every dialogue, the policy exports to a Hugging Face directory, and bad input is
+one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from archer_jax import evaluate
+from archer_jax.train import train_and_evaluate
+from tests.train.test_train_app import micro
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("run")
+    summary = train_and_evaluate(micro(iterations=2, save_freq=1, eval_sampled=True), workdir)
+    return workdir, summary
+
+
+def test_seed_zero_replays_the_runs_own_evaluations_of_its_last_checkpoint(finished, capsys):
+    workdir, summary = finished
+    last = summary["evals"][-1]
+    size = micro().eval_size
+    for mode, flags in (("eval", []), ("eval_sampled", ["--sampled"])):
+        assert evaluate.main(["--workdir", str(workdir), "--episodes", str(size), "--dialogues", "1", *flags]) == 0
+        out = capsys.readouterr().out.strip().splitlines()
+        kind = "sampled" if flags else "greedy"
+        written = workdir / "evaluations" / f"checkpoint_2_{kind}_seed0.json"
+        assert out[-1].startswith(f"checkpoint 2 of {workdir} (archer on twenty_questions_subset): {size} {kind} games, "
+                                  "seed 0: return ") and out[-1].endswith(f"; wrote {written}")
+        assert out[0] == "== game 1000000 ==" and out[1] == "Questions:"
+        record = json.loads(written.read_text())
+        assert {k: record["metrics"][k] for k in ("return", "success", "invalid", "length")} == {
+            k: last[f"{mode}/{k}"] for k in ("return", "success", "invalid", "length")}
+        assert len(record["dialogues"]) == size and record["dialogues"][0]["actions"]
+
+
+def test_another_seed_plays_other_games_and_the_policy_exports(finished, tmp_path):
+    workdir, _ = finished
+    record = evaluate.evaluate(workdir, checkpoint=1, episodes=3, seed=5, sampled=True,
+                               export_policy=tmp_path / "policy")
+    again = evaluate.evaluate(workdir, checkpoint=1, episodes=3, seed=5, sampled=True)
+    assert record["checkpoint"] == 1 and record["dialogues"] == again["dialogues"]  # reproducible
+    assert [d["seed"] for d in record["dialogues"]] != [10**6, 10**6 + 1, 10**6 + 2]
+    from archer_jax import models
+
+    assert models.load_gpt2(record["exported_policy"]) is not None and (tmp_path / "policy" / "config.json").is_file()
+
+
+def test_bad_input_is_one_line(finished, tmp_path, capsys):
+    workdir, _ = finished
+    assert evaluate.main(["--workdir", str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --workdir: {tmp_path / 'nothing'} has no readable config.json; it is not a run's workdir "
+        "(python -m archer_jax.train writes one there)"]
+    assert evaluate.main(["--workdir", str(workdir), "--checkpoint", "7"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --checkpoint: {workdir} has no checkpoint 7; it has 1, 2"]
