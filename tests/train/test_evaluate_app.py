@@ -10,6 +10,7 @@ import json
 import pytest
 
 from archer_jax import evaluate
+from archer_jax.errors import ConfigError
 from archer_jax.train import train_and_evaluate
 from tests.train.test_train_app import micro
 
@@ -62,3 +63,30 @@ def test_bad_input_is_one_line(finished, tmp_path, capsys):
     assert evaluate.main(["--workdir", str(workdir), "--checkpoint", "7"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"error: --checkpoint: {workdir} has no checkpoint 7; it has 1, 2"]
+
+
+def test_a_person_answers_as_the_oracle(finished):
+    from archer_jax import play
+    from archer_jax.trained import TrainedRun
+
+    workdir, _ = finished
+    prompts, said = [], []
+    replies = iter(["dog"] + ["n"] * 20)
+
+    def ask(prompt: str) -> str:
+        prompts.append(prompt)
+        return next(replies)
+
+    with TrainedRun.load(workdir) as run:
+        ended = play.play(run, ask, said.append)
+        last = said[-1]
+        with pytest.raises(ConfigError, match=r"^secret: 'unicorn' is not one of the env's 10 \(e.g. 'Football'\)$"):
+            play.play(run, lambda prompt: "unicorn", said.append)
+        greedy = run.play(1, seed=0)[0]  # the same policy on its own oracle: its first question is the same
+    assert said[0].startswith("Think of one of these and type it") and "Dog" in said[0]
+    assert prompts[0] == "your secret: "
+    questions = [p.split("\n")[0] for p in prompts[1:]]
+    max_turns = micro().env.max_turns
+    assert ended == dict(ended="ran out of questions", turns=max_turns, success=False)
+    assert len(questions) == max_turns and greedy.next_observations[0].splitlines()[1].startswith(questions[0])
+    assert last == f"the policy ran out of questions in {max_turns} questions (return {-max_turns})"
