@@ -122,19 +122,6 @@ class ReplayBuffer:
 
     # ---- persistence ----------------------------------------------------------------------
 
-    def nbytes(self) -> int:
-        """About the bytes :meth:`save` writes (the data and its offsets, uncompressed)."""
-        total = 0
-        for name, kind in self.kinds.items():
-            column = self.columns[name][: self.size]
-            if kind == "number":
-                total += np.asarray(column).nbytes
-            elif kind == "text":
-                total += sum(len(s.encode("utf-8")) for s in column) + 8 * len(column)
-            else:
-                total += sum(4 * len(p) for p in column) + 8 * len(column)
-        return total
-
     def save(self, directory: str | os.PathLike) -> Path:
         """Writes the buffer (data, positions and RNG state) to ``directory``."""
         directory = Path(directory)

@@ -20,8 +20,9 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+from flax import nnx
 
-from archer_jax import rollout
+from archer_jax import models, rollout
 from archer_jax.agents.agent import Agent
 from archer_jax.config import validate
 from archer_jax.errors import ConfigError
@@ -29,6 +30,7 @@ from archer_jax.learners.train_state import States
 from archer_jax.parts import EVAL
 from archer_jax.run import config_changes
 from archer_jax.run.checkpoint import Checkpoints
+from archer_jax.train import build_agent
 
 
 @dataclasses.dataclass
@@ -45,8 +47,6 @@ class TrainedRun:
     def load(cls, workdir: str | Path, checkpoint: int | None = None) -> TrainedRun:
         """The run in ``workdir`` at ``checkpoint`` (None: the newest that loads); a
         :class:`ConfigError` in one line when there is no run or no such checkpoint."""
-        from archer_jax.train import build_agent  # the train app builds agents; this module sits beside it
-
         workdir = Path(workdir).expanduser()
         recorded = config_changes.recorded(workdir)
         if recorded is None:
@@ -87,10 +87,6 @@ class TrainedRun:
 
     def export_policy(self, directory: str | Path) -> Path:
         """The checkpoint's policy as a Hugging Face model directory (weights, config, tokenizer)."""
-        from flax import nnx
-
-        from archer_jax import models
-
         parts = self.agent.parts
         policy = parts.actor_module.policy
         nnx.update(policy, parts.networks.policy_params(self.states.actor))

@@ -24,7 +24,7 @@ LAYERS = [
     ("agents",),
     ("config", "config_docs", "config_changes", "preflight", "handover", "import_official"),
     ("train",),
-    ("cli",),
+    ("cli", "trained", "evaluate", "play"),
     ("plan",),
 ]
 MAX_CLASS_LINES = 150

@@ -245,8 +245,20 @@ def _nbytes(tree: Any) -> int:
 
 
 def _replay_nbytes(replay: Any) -> int:
-    nbytes = getattr(replay, "nbytes", None)
-    return nbytes() if callable(nbytes) else 0  # an offline dataset's sampler state is small
+    """About the bytes a replay buffer's save writes (its data and offsets, uncompressed); 0 for an
+    offline dataset's sampler, whose state is small."""
+    if not isinstance(replay, ReplayBuffer):
+        return 0
+    total = 0
+    for name, kind in replay.kinds.items():
+        column = replay.columns[name][: replay.size]
+        if kind == "number":
+            total += np.asarray(column).nbytes
+        elif kind == "text":
+            total += sum(len(s.encode("utf-8")) for s in column) + 8 * len(column)
+        else:
+            total += sum(4 * len(p) for p in column) + 8 * len(column)
+    return total
 
 
 class _OrbaxFailureFilter(logging.Filter):
