@@ -27,7 +27,8 @@ from archer_jax import rollout
 from archer_jax.envs.base import EnvError
 from archer_jax.errors import ConfigError, TrainingError
 from archer_jax.models.hub import ModelLoadError
-from archer_jax.trained import TrainedRun, dialogue_text, game_seeds
+from archer_jax.rollout import dialogue_text
+from archer_jax.trained import TrainedRun, game_seeds
 
 log = logging.getLogger("archer_jax")
 

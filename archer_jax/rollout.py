@@ -215,6 +215,14 @@ def _play(parts: Parts, act: AgentAct, states: States, seeds: Sequence[int], key
     return concat_gathered(mine)
 
 
+def dialogue_text(episode: Episode) -> str:
+    """One played dialogue as text: the final observation (the whole dialogue, as the policy read
+    it), and how it ended."""
+    last = episode.next_observations[-1] if episode.next_observations else ""
+    ended = "won" if episode.success else "cut short" if episode.truncated else "lost"
+    return f"{last.rstrip()}\n-- {ended}: return {episode.total_return:g} in {len(episode.actions)} turns"
+
+
 def play_games(parts: Parts, act: AgentAct, states: States, seeds: Sequence[int], key, *, greedy: bool, label: str,
                split: str = "eval") -> list[Episode]:
     """The games of ``seeds`` on ``split``'s tasks, dialogue ``g`` sampled with keys folded from

@@ -120,7 +120,7 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
                 parts.metrics.check()  # the steps' metrics, fetched once: stops after too many non-finite steps
                 evaluation = None
                 if (c.eval_freq and iteration % c.eval_freq == 0) or iteration == c.iterations:
-                    evaluation = timed(_evaluate, parts, agent.act, states)  # greedy (and sampled), on fixed games
+                    evaluation = timed(_evaluate, parts, agent.act, states, writers, iteration)  # greedy (and sampled)
                 seconds = dict(rollout=t_rollout, **seconds)
                 if t_ahead is not None:  # what the learner waited for the rollout played beside it
                     seconds["rollout_wait"] = t_ahead
@@ -310,7 +310,7 @@ def _start_or_resume(agent: Agent, checkpoints: Checkpoints, writers: report.Wri
         states = handover.initial_states(agent, states, c.init_from)
     if c.model.critic_init:  # an official ArCHer critic (archer_jax.import_official)
         states = handover.critic_from_file(agent, states, c.model.critic_init)
-    before = _evaluate(parts, agent.act, states)
+    before = _evaluate(parts, agent.act, states, writers, 0)
     loop.evals.append(dict(iteration=0, env_samples=0, **before))
     writers.scalars(0, before)
     log.info("before training: eval return %.3f, success %.2f", before["eval/return"], before["eval/success"])
@@ -449,14 +449,37 @@ def _sft_settings(agent: Agent, limit: int | None) -> dict[str, Any]:
                 devices=[devices.flat[0].platform, devices.flat[0].device_kind, devices.size])
 
 
-def _evaluate(parts: Parts, act, states: States) -> dict[str, float]:
+EXAMPLE_DIALOGUES = 3  # of each evaluation, into dialogues/ and TensorBoard's Text tab
+
+
+def _evaluate(parts: Parts, act, states: States, writers: report.Writers | None = None,
+              iteration: int = 0) -> dict[str, float]:
     """The evaluation's metrics: ``eval/*`` of the greedy games, and with ``eval_sampled``
-    ``eval_sampled/*`` of the same games sampled."""
-    metrics = {f"eval/{k}": v for k, v in rollout.summarize(rollout.evaluate(parts, act, states)).items()}
+    ``eval_sampled/*`` of the same games sampled. With ``writers``, its first
+    :data:`EXAMPLE_DIALOGUES` games of each kind go to ``dialogues/iteration_<N>.txt`` and TensorBoard."""
+    greedy = rollout.evaluate(parts, act, states)
+    metrics = {f"eval/{k}": v for k, v in rollout.summarize(greedy).items()}
+    examples = {"greedy": greedy[:EXAMPLE_DIALOGUES]}
     if parts.config.eval_sampled:
         sampled = rollout.evaluate(parts, act, states, sampled=True)
         metrics.update({f"eval_sampled/{k}": v for k, v in rollout.summarize(sampled).items()})
+        examples["sampled"] = sampled[:EXAMPLE_DIALOGUES]
+    if writers is not None and distributed.is_primary():
+        _write_examples(parts.workdir, writers, iteration, examples)
     return metrics
+
+
+def _write_examples(workdir: Path, writers: report.Writers, iteration: int, examples: dict[str, list]) -> None:
+    """The example dialogues of the evaluation after ``iteration`` (0: before training)."""
+    texts = {kind: [f"game {i + 1} ({kind}):\n{rollout.dialogue_text(e)}" for i, e in enumerate(episodes)]
+             for kind, episodes in examples.items()}
+    folder = workdir / "dialogues"
+    folder.mkdir(exist_ok=True)
+    (folder / f"iteration_{iteration:04d}.txt").write_text(
+        f"evaluation after iteration {iteration}\n\n" + "\n\n".join(t for kind in texts.values() for t in kind) + "\n")
+    # TensorBoard renders markdown: the dialogues as code blocks keep their lines
+    writers.texts(iteration, {f"dialogues/{kind}": "\n\n".join(f"```\n{t}\n```" for t in kind_texts)
+                              for kind, kind_texts in texts.items()})
 
 
 def _use_compilation_cache(directory: str) -> None:

@@ -107,11 +107,3 @@ def game_seeds(games: int, seed: int = 0) -> list[int]:
     if seed == 0:
         return [rollout.EVAL_SEED + i for i in range(games)]
     return [int(s) for s in np.random.SeedSequence([rollout.EVAL_SEED, seed]).generate_state(games)]
-
-
-def dialogue_text(episode: rollout.Episode) -> str:
-    """One played dialogue as text: the final observation (the whole dialogue, as the policy read
-    it), and how it ended."""
-    last = episode.next_observations[-1] if episode.next_observations else ""
-    ended = "won" if episode.success else "cut short" if episode.truncated else "lost"
-    return f"{last.rstrip()}\n-- {ended}: return {episode.total_return:g} in {len(episode.actions)} turns"

@@ -141,6 +141,15 @@ def test_learning_curve_without_sft_or_optimum_marks_only_the_start():
     assert _legend(resumed) == ["eval return", "success rate"]
 
 
+def test_learning_curve_plots_the_sampled_evaluations_where_there_are_some():
+    sampled = [dict(e, **{"eval_sampled/return": e["eval/return"] - 1.0}) for e in EVALS]
+    fig = report.learning_curve_figure(sampled, "t")
+    assert _legend(fig) == ["eval return", "eval return, sampled", "start (iteration 0): -5.19", "success rate"]
+    (line,) = [l for l in fig.axes[0].get_lines() if l.get_label() == "eval return, sampled"]
+    assert list(line.get_ydata()) == [e["eval/return"] - 1.0 for e in EVALS]
+    assert list(line.get_xdata()) == [e["env_samples"] for e in EVALS]
+
+
 OFFLINE = [{"iteration": 0, "env_samples": 0, "eval/return": -12.0, "eval/success": 0.0},
            {"iteration": 1, "env_samples": 0, "eval/return": -11.5, "eval/success": 0.0}]
 

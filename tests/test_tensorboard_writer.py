@@ -38,3 +38,21 @@ print("tfds", "tensorflow_datasets" in sys.modules)  # an online run does not lo
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[-3:-1] == ["ok ['tensorflow']", "tfds False"]  # only the blocked entry: nothing imported it
     assert list(tmp_path.glob("events.out.tfevents.*"))
+
+
+def test_texts_read_back_without_tensorflow(tmp_path):
+    code = f"""
+import sys
+sys.modules["tensorflow"] = None
+from archer_jax.run import report
+writers = report.Writers({str(tmp_path)!r})
+writers.texts(4, {{"dialogues/greedy": "```\\nQuestions:\\nIs it a dog? Yes.\\n```"}})
+writers.close()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    (event,) = events.Tensors("dialogues/greedy")
+    assert event.step == 4
+    assert event.tensor_proto.string_val == [b"```\nQuestions:\nIs it a dog? Yes.\n```"]

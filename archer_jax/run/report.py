@@ -71,6 +71,13 @@ class Writers:
             w.write_scalars(step, finite)
             w.flush()
 
+    def texts(self, step: int, texts: Mapping[str, str]) -> None:
+        """Text summaries, where a writer takes them (TensorBoard's Text tab)."""
+        for w in self._writers:
+            if hasattr(w, "write_texts"):
+                w.write_texts(step, texts)
+                w.flush()
+
     def close(self) -> None:
         for w in self._writers:
             w.close()
@@ -246,8 +253,8 @@ def optimal_return(env_name: str, max_turns: int) -> float | None:
 def learning_curve_figure(evals: Sequence[Mapping[str, float]], title: str, *, sft: bool = False,
                           optimum: float | None = None, optimum_label: str = "optimal expert (mean over secrets)",
                           offline: bool | None = None):
-    """The learning curve as a matplotlib ``Figure`` (no pyplot): greedy eval return and success
-    rate against env samples (an ``offline`` run's: against iterations; None: offline when
+    """The learning curve as a matplotlib ``Figure`` (no pyplot): greedy eval return (and the
+    sampled one, where evaluated) and success rate against env samples (an ``offline`` run's: against iterations; None: offline when
     several evaluations have no env samples), a dotted line at the iteration-0 evaluation (the start, "after
     SFT" when ``sft``), a dash-dot line at ``optimum`` when given, and a legend naming them. The
     x axis starts at 0 and has whole-number ticks."""
@@ -266,6 +273,9 @@ def learning_curve_figure(evals: Sequence[Mapping[str, float]], title: str, *, s
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     ax.plot(samples, [e["eval/return"] for e in evals], "o-", color="tab:blue", label="eval return")
+    sampled = [(x, e["eval_sampled/return"]) for x, e in zip(samples, evals) if "eval_sampled/return" in e]
+    if sampled:  # eval_sampled: the same games at the rollouts' sampling
+        ax.plot(*zip(*sampled), "^-", color="tab:purple", alpha=0.8, label="eval return, sampled")
     if evals and evals[0].get("iteration", 0) == 0:
         start = evals[0]["eval/return"]
         ax.axhline(start, color="tab:gray", linestyle=":", label=f"{'after SFT' if sft else 'start'} (iteration 0): {start:.2f}")

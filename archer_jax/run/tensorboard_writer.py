@@ -17,8 +17,9 @@ log = logging.getLogger("archer_jax")
 
 
 class TensorBoardWriter:
-    """Scalars and hyperparameters as TensorBoard events in ``logdir`` (the clu writer methods
-    the training app uses: ``write_scalars``, ``write_hparams``, ``flush``, ``close``)."""
+    """Scalars, texts and hyperparameters as TensorBoard events in ``logdir`` (the clu writer
+    methods the training app uses: ``write_scalars``, ``write_texts``, ``write_hparams``, ``flush``,
+    ``close``)."""
 
     def __init__(self, logdir: str | os.PathLike):
         from tensorboard.compat.proto import event_pb2, summary_pb2
@@ -33,6 +34,13 @@ class TensorBoardWriter:
     def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
         values = [self._summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]
         self._add(step, self._summary(value=values))
+
+    def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
+        """Text summaries (TensorBoard's Text tab), one per tag."""
+        from tensorboard.plugins.text.summary_v2 import text_pb
+
+        for tag, text in texts.items():
+            self._add(step, text_pb(tag, text))
 
     def write_hparams(self, hparams: Mapping[str, Any]) -> None:
         from tensorboard.plugins.hparams import summary_v2

@@ -6,6 +6,7 @@ one line."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -90,3 +91,13 @@ def test_a_person_answers_as_the_oracle(finished):
     assert ended == dict(ended="ran out of questions", turns=max_turns, success=False)
     assert len(questions) == max_turns and greedy.next_observations[0].splitlines()[1].startswith(questions[0])
     assert last == f"the policy ran out of questions in {max_turns} questions (return {-max_turns})"
+
+
+def test_each_evaluation_of_the_run_wrote_example_dialogues(finished):
+    workdir, summary = finished
+    iterations = [e["iteration"] for e in summary["evals"]]
+    assert sorted(p.name for p in (workdir / "dialogues").iterdir()) == [f"iteration_{i:04d}.txt" for i in iterations]
+    text = (workdir / "dialogues" / f"iteration_{iterations[-1]:04d}.txt").read_text()
+    assert text.startswith(f"evaluation after iteration {iterations[-1]}\n\ngame 1 (greedy):\nQuestions:\n")
+    assert text.count("(greedy):") == 3 and text.count("(sampled):") == 3
+    assert len(re.findall(r"\n-- (won|lost|cut short): return -?\d+ in \d+ turns", text)) == 6
