@@ -33,6 +33,8 @@ import pickle
 import re
 import socket
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -115,8 +117,11 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     except (AttributeError, ValueError):
         pass
-    try:
-        jax.distributed.initialize(**(explicit or {}))
+    timeout = start_timeout()
+    watchdog = StartWatchdog(timeout, explicit)
+    watchdog.start()
+    try:  # JAX's own deadline is later: it aborts the process (a C++ stack), the watchdog ends it in one line
+        jax.distributed.initialize(**(explicit or {}), initialization_timeout=timeout + 60)
     except ValueError as e:  # a cluster environment that is no multi-process job: JAX finds no coordinator
         if explicit:
             raise
@@ -124,10 +129,64 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
                     "as one process (--coordinator, --num_processes and --process_id start several)",
                     ", ".join(detected), e)
         return False
+    finally:
+        watchdog.stop()
     _exchange_identities()
     log.info("process %d of %d: %d local devices, %d in all", jax.process_index(), jax.process_count(),
              jax.local_device_count(), jax.device_count())
     return True
+
+
+START_TIMEOUT_ENV = "ARCHER_JAX_START_TIMEOUT"  # seconds every process may take to join (default 300)
+
+
+def start_timeout(environ=os.environ) -> int:
+    """How long a process waits for the others to join (``ARCHER_JAX_START_TIMEOUT``, seconds)."""
+    text = environ.get(START_TIMEOUT_ENV, "300")
+    try:
+        value = int(text)
+    except ValueError:
+        raise DistributedError(f"{START_TIMEOUT_ENV}: must be a whole number of seconds, got {text!r}") from None
+    if value < 1:
+        raise DistributedError(f"{START_TIMEOUT_ENV}: must be >= 1, got {value}")
+    return value
+
+
+class StartWatchdog(threading.Thread):
+    """While a process joins a multi-process run: says what it waits for after a few seconds and
+    every 30 s, and at ``timeout`` ends the process with one line (JAX would abort it later with a
+    C++ stack trace and no word of what was missing)."""
+
+    FIRST_S, EVERY_S = 5.0, 30.0
+
+    def __init__(self, timeout: int, explicit: dict[str, Any] | None):
+        super().__init__(name="archer_jax start watchdog", daemon=True)
+        self.timeout, self.done = timeout, threading.Event()
+        if explicit:
+            me, count, address = explicit["process_id"], explicit["num_processes"], explicit["coordinator_address"]
+            self.who = f"process {me} of {count}"
+            self.waits_for = (f"the other {count - 1} process(es) to connect to this coordinator at {address}" if me == 0
+                              else f"the coordinator (process 0) at {address} and the other processes")
+        else:
+            self.who, self.waits_for = "this host", "the other hosts of the cluster JAX detected"
+
+    def run(self) -> None:
+        start, wait = time.monotonic(), self.FIRST_S
+        while not self.done.wait(min(wait, max(0.0, self.timeout - (time.monotonic() - start)))):
+            waited = time.monotonic() - start
+            if waited >= self.timeout:
+                sys.stderr.write(
+                    f"error: {self.who}: the multi-process run did not start within {self.timeout} s, waiting for "
+                    f"{self.waits_for}; start every process with the same --coordinator and --num_processes and its own "
+                    f"--process_id, and check that the coordinator's port is reachable ({START_TIMEOUT_ENV} sets the "
+                    "wait)\n")
+                sys.stderr.flush()
+                os._exit(1)
+            log.warning("%s: waiting for %s (%.0f s of %d s)", self.who, self.waits_for, waited, self.timeout)
+            wait = self.EVERY_S
+
+    def stop(self) -> None:
+        self.done.set()
 
 
 def _identity() -> dict[str, Any]:

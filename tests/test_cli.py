@@ -557,3 +557,31 @@ def test_a_warmup_as_long_as_the_run_says_it_trains_the_critic_only(caplog, tmp_
         preflight.check(micro(iterations=2, warmup_iter=1), tmp_path / "run")
         preflight.check(micro(agent="ppo", iterations=2, warmup_iter=2), tmp_path / "run")  # GAE: no warm-up
     assert not caplog.records
+
+
+def test_a_process_whose_peers_never_come_says_what_it_waits_for_and_ends_in_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port where nobody listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = subprocess.run(
+        [sys.executable, "-m", "archer_jax.train", f"--config={CONFIG}:micro", f"--workdir={tmp_path / 'run'}",
+         f"--coordinator=127.0.0.1:{port}", "--num_processes=2", "--process_id=1"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "ARCHER_JAX_START_TIMEOUT": "7", "JAX_PLATFORMS": "cpu"})
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert any(f"process 1 of 2: waiting for the coordinator (process 0) at 127.0.0.1:{port}" in line for line in lines)
+    assert lines[-1].startswith(f"error: process 1 of 2: the multi-process run did not start within 7 s, waiting for "
+                                f"the coordinator (process 0) at 127.0.0.1:{port}"), run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and not (tmp_path / "run").exists()
+
+
+def test_the_start_timeout_is_checked():
+    from archer_jax import distributed
+
+    with pytest.raises(distributed.DistributedError, match=r"^ARCHER_JAX_START_TIMEOUT: must be a whole number of "
+                                                           r"seconds, got 'soon'$"):
+        distributed.start_timeout({"ARCHER_JAX_START_TIMEOUT": "soon"})
+    assert distributed.start_timeout({}) == 300
