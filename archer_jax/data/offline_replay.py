@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from archer_jax import distributed
-from archer_jax.data import generate
+from archer_jax.data import dialogues, generate
+from archer_jax.envs.twenty_questions import SUBSET
 from archer_jax.errors import ConfigError
 
 log = logging.getLogger("archer_jax")
@@ -234,6 +235,23 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+def _warn_outside_subset(manual: Path, named: str | Path) -> None:
+    """One line when the dataset's games hide objects the 10-object subset has not: it was made for
+    the full game, which the run's evaluations do not play."""
+    # TFDS stays off an online run's import path: dialogue_builder imports it
+    from archer_jax.data import dialogue_builder
+
+    games = [g for paths in dialogue_builder.manual_splits(manual).values() for p in paths
+             for g in dialogues.read_lmrl_20q(p)]
+    outside = [g for g in games if not {str(n).lower() for n in (g["word"] if isinstance(g["word"], list) else [g["word"]])}
+               & {name.lower() for name in SUBSET}]
+    if outside:
+        first = outside[0]["word"]
+        log.warning("offline dataset %s: %d of its %d games hide an object outside twenty_questions_subset's 10 (e.g. "
+                    "%r): it was made for the full game (env.name=twenty_questions), and this run evaluates on the "
+                    "subset", named, len(outside), len(games), first[0] if isinstance(first, list) else first)
+
+
 def open_dataset(config, workdir: str | os.PathLike, pipeline, checkpoint: dict[str, Any] | None = None) -> OfflineReplay:
     """The run's offline dataset (built with TFDS on first use) as an :class:`OfflineReplay`; a
     resume passes its ``checkpoint``'s dataset state, and files changed since are refused before
@@ -251,6 +269,8 @@ def open_dataset(config, workdir: str | os.PathLike, pipeline, checkpoint: dict[
         if checkpoint is not None:
             _check_unchanged(checkpoint, _contents(files))
         sources.prepare(env, given, data_dir, files)
+        if env == "20q_subset":
+            _warn_outside_subset(given, c.dataset or given)
     distributed.barrier("archer_jax: offline dataset built")
     source = sources.data_source(env, data_dir, split=c.split)
     data = OfflineReplay(source, pipeline, name=f"{env}:{c.split} in {data_dir}", seed=config.seed,

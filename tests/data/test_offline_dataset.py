@@ -128,3 +128,22 @@ def test_a_bad_dataset_stops_the_run_before_anything_is_built(tmp_path, monkeypa
     with pytest.raises(ConfigError, match=rf"^config.offline.dataset: {path}: expected a JSON list of games, got an object"):
         train.train_and_evaluate(offline_micro(offline__dataset=str(path)), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_full_game_dataset_on_the_subset_env_is_said_in_one_line(tmp_path, caplog):
+    path = tmp_path / "full.json"
+    full = [dict(g, word=["Apple"], lines=["Is it an apple? Yes."]) for g in games(2)] + games(1)
+    dialogues.write_lmrl_20q(path, full)
+    config = offline_micro(offline__dataset=str(path))
+    assert config.env.name == "twenty_questions_subset"
+    with caplog.at_level(logging.WARNING):
+        open_dataset(config, tmp_path / "run", None)
+    warned = [r.getMessage() for r in caplog.records if "outside twenty_questions_subset" in r.getMessage()]
+    assert warned == [f"offline dataset {path}: 2 of its 3 games hide an object outside twenty_questions_subset's 10 "
+                      "(e.g. 'Apple'): it was made for the full game (env.name=twenty_questions), and this run "
+                      "evaluates on the subset"]
+    caplog.clear()
+    dialogues.write_lmrl_20q(path, games(3))  # the subset's objects only: nothing to say
+    with caplog.at_level(logging.WARNING):
+        open_dataset(config, tmp_path / "run2", None)
+    assert not [r for r in caplog.records if "outside" in r.getMessage()]
