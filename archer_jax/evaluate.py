@@ -33,21 +33,24 @@ from archer_jax.trained import TrainedRun, game_seeds
 log = logging.getLogger("archer_jax")
 
 
-def evaluate(workdir: str | Path, *, checkpoint: int | None = None, episodes: int = 64, seed: int = 0,
+def evaluate(run: TrainedRun | str | Path, *, checkpoint: int | None = None, episodes: int = 64, seed: int = 0,
              sampled: bool = False, export_policy: str | Path | None = None) -> dict[str, Any]:
     """The evaluation's record: its settings, the metrics of :func:`archer_jax.rollout.summarize`,
-    and every dialogue played (observations, actions, rewards, how it ended)."""
-    with TrainedRun.load(workdir, checkpoint) as run:
-        episodes_played = run.play(episodes, seed=seed, sampled=sampled)
-        exported = str(run.export_policy(export_policy)) if export_policy else None
-        return dict(
-            workdir=str(run.workdir), checkpoint=run.checkpoint, agent=run.config.agent, env=run.config.env.name,
-            episodes=episodes, seed=seed, mode="sampled" if sampled else "greedy",
-            metrics=rollout.summarize(episodes_played), exported_policy=exported,
-            dialogues=[dict(seed=s, observations=e.observations, actions=e.actions, rewards=e.rewards,
-                            success=e.success, truncated=e.truncated, invalid=e.invalid, text=dialogue_text(e))
-                       for s, e in zip(game_seeds(episodes, seed), episodes_played)],
-        )
+    and every dialogue played (observations, actions, rewards, how it ended). ``run``: a loaded
+    :class:`TrainedRun` (``checkpoint`` is then its own), or a workdir to load it from."""
+    if not isinstance(run, TrainedRun):
+        with TrainedRun.load(run, checkpoint) as loaded:
+            return evaluate(loaded, episodes=episodes, seed=seed, sampled=sampled, export_policy=export_policy)
+    episodes_played = run.play(episodes, seed=seed, sampled=sampled)
+    exported = str(run.export_policy(export_policy)) if export_policy else None
+    return dict(
+        workdir=str(run.workdir), checkpoint=run.checkpoint, agent=run.config.agent, env=run.config.env.name,
+        episodes=episodes, seed=seed, mode="sampled" if sampled else "greedy",
+        metrics=rollout.summarize(episodes_played), exported_policy=exported,
+        dialogues=[dict(seed=s, observations=e.observations, actions=e.actions, rewards=e.rewards,
+                        success=e.success, truncated=e.truncated, invalid=e.invalid, text=dialogue_text(e))
+                   for s, e in zip(game_seeds(episodes, seed), episodes_played)],
+    )
 
 
 def summary_line(record: dict[str, Any]) -> str:

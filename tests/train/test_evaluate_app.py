@@ -1,7 +1,8 @@
-"""python -m archer_jax.evaluate on a finished micro run: seed 0 replays the run's own logged
-evaluations (greedy and sampled) of its last checkpoint exactly, another seed plays other games,
-the JSON holds every dialogue, the policy exports to a Hugging Face directory, and bad input is
-one line."""
+"""python -m archer_jax.evaluate and python -m archer_jax.play on a finished micro run: seed 0
+replays the run's own logged evaluations (greedy and sampled) of its last checkpoint exactly,
+another seed plays other games, the JSON holds every dialogue, the policy exports to a Hugging
+Face directory, a person can answer as the oracle, and bad input is one line; the run's own
+evaluations wrote example dialogues."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import re
 
 import pytest
 
-from archer_jax import evaluate
+from archer_jax import evaluate, play
 from archer_jax.errors import ConfigError
+from archer_jax.trained import TrainedRun
 from archer_jax.train import train_and_evaluate
 from tests.train.test_train_app import micro
 
 pytestmark = pytest.mark.slow
+METRICS = ("return", "success", "invalid", "length")
 
 
 @pytest.fixture(scope="module")
@@ -25,38 +28,43 @@ def finished(tmp_path_factory):
     return workdir, summary
 
 
-def test_seed_zero_replays_the_runs_own_evaluations_of_its_last_checkpoint(finished, capsys):
+@pytest.fixture(scope="module")
+def last(finished):
+    """The run's newest checkpoint, loaded once for the tests below."""
+    with TrainedRun.load(finished[0]) as run:
+        yield run
+
+
+def test_the_command_replays_the_runs_greedy_evaluation_and_prints_dialogues(finished, capsys):
     workdir, summary = finished
-    last = summary["evals"][-1]
     size = micro().eval_size
-    for mode, flags in (("eval", []), ("eval_sampled", ["--sampled"])):
-        assert evaluate.main(["--workdir", str(workdir), "--episodes", str(size), "--dialogues", "1", *flags]) == 0
-        out = capsys.readouterr().out.strip().splitlines()
-        kind = "sampled" if flags else "greedy"
-        written = workdir / "evaluations" / f"checkpoint_2_{kind}_seed0.json"
-        assert out[-1].startswith(f"checkpoint 2 of {workdir} (archer on twenty_questions_subset): {size} {kind} games, "
-                                  "seed 0: return ") and out[-1].endswith(f"; wrote {written}")
-        assert out[0] == "== game 1000000 ==" and out[1] == "Questions:"
-        record = json.loads(written.read_text())
-        assert {k: record["metrics"][k] for k in ("return", "success", "invalid", "length")} == {
-            k: last[f"{mode}/{k}"] for k in ("return", "success", "invalid", "length")}
-        assert len(record["dialogues"]) == size and record["dialogues"][0]["actions"]
+    assert evaluate.main(["--workdir", str(workdir), "--episodes", str(size), "--dialogues", "1"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    written = workdir / "evaluations" / "checkpoint_2_greedy_seed0.json"
+    assert out[-1].startswith(f"checkpoint 2 of {workdir} (archer on twenty_questions_subset): {size} greedy games, "
+                              "seed 0: return ") and out[-1].endswith(f"; wrote {written}")
+    assert out[0] == "== game 1000000 ==" and out[1] == "Questions:"
+    record = json.loads(written.read_text())
+    assert {k: record["metrics"][k] for k in METRICS} == {k: summary["evals"][-1][f"eval/{k}"] for k in METRICS}
+    assert len(record["dialogues"]) == size and record["dialogues"][0]["actions"]
 
 
-def test_another_seed_plays_other_games_and_the_policy_exports(finished, tmp_path):
-    workdir, _ = finished
-    record = evaluate.evaluate(workdir, checkpoint=1, episodes=3, seed=5, sampled=True,
-                               export_policy=tmp_path / "policy")
-    again = evaluate.evaluate(workdir, checkpoint=1, episodes=3, seed=5, sampled=True)
-    assert record["checkpoint"] == 1 and record["dialogues"] == again["dialogues"]  # reproducible
-    assert [d["seed"] for d in record["dialogues"]] != [10**6, 10**6 + 1, 10**6 + 2]
+def test_sampled_replays_the_runs_sampled_evaluation_another_seed_plays_other_games(finished, last, tmp_path):
+    _, summary = finished
+    size = micro().eval_size
+    record = evaluate.evaluate(last, episodes=size, sampled=True, export_policy=tmp_path / "policy")
+    assert {k: record["metrics"][k] for k in METRICS} == {k: summary["evals"][-1][f"eval_sampled/{k}"] for k in METRICS}
+    other = evaluate.evaluate(last, episodes=3, seed=5, sampled=True)
+    assert other["dialogues"] == evaluate.evaluate(last, episodes=3, seed=5, sampled=True)["dialogues"]  # reproducible
+    assert [d["seed"] for d in other["dialogues"]] != [10**6, 10**6 + 1, 10**6 + 2]
     from archer_jax import models
 
     assert models.load_gpt2(record["exported_policy"]) is not None and (tmp_path / "policy" / "config.json").is_file()
 
 
-def test_bad_input_is_one_line(finished, tmp_path, capsys):
+def test_an_older_checkpoint_and_bad_input(finished, tmp_path, capsys):
     workdir, _ = finished
+    assert evaluate.evaluate(workdir, checkpoint=1, episodes=1)["checkpoint"] == 1
     assert evaluate.main(["--workdir", str(tmp_path / "nothing")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"error: --workdir: {tmp_path / 'nothing'} has no readable config.json; it is not a run's workdir "
@@ -66,11 +74,7 @@ def test_bad_input_is_one_line(finished, tmp_path, capsys):
         f"error: --checkpoint: {workdir} has no checkpoint 7; it has 1, 2"]
 
 
-def test_a_person_answers_as_the_oracle(finished):
-    from archer_jax import play
-    from archer_jax.trained import TrainedRun
-
-    workdir, _ = finished
+def test_a_person_answers_as_the_oracle(last):
     prompts, said = [], []
     replies = iter(["dog"] + ["n"] * 20)
 
@@ -78,19 +82,18 @@ def test_a_person_answers_as_the_oracle(finished):
         prompts.append(prompt)
         return next(replies)
 
-    with TrainedRun.load(workdir) as run:
-        ended = play.play(run, ask, said.append)
-        last = said[-1]
-        with pytest.raises(ConfigError, match=r"^secret: 'unicorn' is not one of the env's 10 \(e.g. 'Football'\)$"):
-            play.play(run, lambda prompt: "unicorn", said.append)
-        greedy = run.play(1, seed=0)[0]  # the same policy on its own oracle: its first question is the same
+    ended = play.play(last, ask, said.append)
+    closing = said[-1]
+    with pytest.raises(ConfigError, match=r"^secret: 'unicorn' is not one of the env's 10 \(e.g. 'Football'\)$"):
+        play.play(last, lambda prompt: "unicorn", said.append)
+    greedy = last.play(1, seed=0)[0]  # the same policy on its own oracle: its first question is the same
     assert said[0].startswith("Think of one of these and type it") and "Dog" in said[0]
     assert prompts[0] == "your secret: "
     questions = [p.split("\n")[0] for p in prompts[1:]]
     max_turns = micro().env.max_turns
     assert ended == dict(ended="ran out of questions", turns=max_turns, success=False)
     assert len(questions) == max_turns and greedy.next_observations[0].splitlines()[1].startswith(questions[0])
-    assert last == f"the policy ran out of questions in {max_turns} questions (return {-max_turns})"
+    assert closing == f"the policy ran out of questions in {max_turns} questions (return {-max_turns})"
 
 
 def test_each_evaluation_of_the_run_wrote_example_dialogues(finished):
