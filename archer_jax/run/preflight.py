@@ -63,8 +63,8 @@ def warn_critic_only(config: ml_collections.ConfigDict) -> None:
     which a resume with more ``iterations`` continues)."""
     agent_config = agents.get(config.agent).config_of(config)
     warmup, steps = getattr(agent_config, "warmup_iter", 0), getattr(agent_config, "actor_steps", 0)
-    waits = agent_config.agent in ("archer", "offline_archer") or (
-        agent_config.agent == "ppo" and agent_config.ppo.adv_estimator == "archer_hierarchical")
+    waits = config.agent in ("archer", "offline_archer") or (
+        config.agent == "ppo" and config.ppo.adv_estimator == "archer_hierarchical")
     if waits and steps and warmup >= config.iterations:
         log.warning("config.warmup_iter=%d >= config.iterations=%d: this run trains the critic only (the actor "
                     "starts after iteration %d; a resume with more iterations gets there)", warmup, config.iterations,
