@@ -54,7 +54,7 @@ from archer_jax.parts import Parts
 from archer_jax.run import config_changes, history, preflight, report
 from archer_jax.run.checkpoint import Checkpoints
 from archer_jax.run.interrupts import Interrupted, Interrupts
-from archer_jax.run.loop_state import LoopState
+from archer_jax.run.loop_state import LoopState, nonfinite_steps
 from archer_jax.run.workdir_lock import WorkdirLock
 
 log = logging.getLogger("archer_jax")
@@ -232,11 +232,10 @@ def _kept(loop: LoopState | None, checkpoints: Checkpoints) -> str:
 def _unsaved(loop: LoopState, checkpoints: Checkpoints) -> str:
     """The one line of a run whose last iterations had non-finite learner steps, so were not saved."""
     latest = checkpoints.latest()
-    bad = [row["iteration"] for row in loop.history if (latest is None or row["iteration"] > latest)
-           and any(v for k, v in row.items() if k.endswith("/nonfinite"))]
-    steps = sum(v for row in loop.history if row["iteration"] in bad for k, v in row.items() if k.endswith("/nonfinite"))
+    bad = [row for row in loop.history if (latest is None or row["iteration"] > latest) and nonfinite_steps(row)]
+    steps = sum(nonfinite_steps(row) for row in bad)
     return (f"stopped after iteration {loop.iteration}: {steps:g} learner steps of iteration(s) "
-            f"{', '.join(map(str, bad))} had a non-finite loss or gradient (each was skipped), so no checkpoint was "
+            f"{', '.join(str(row['iteration']) for row in bad)} had a non-finite loss or gradient (each was skipped), so no checkpoint was "
             f"written after them; {_kept(loop, checkpoints)}, and the same command trains again from it")
 
 

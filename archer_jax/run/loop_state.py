@@ -50,7 +50,7 @@ class LoopState:
     def last_finite_iteration(self) -> int:
         """The last iteration whose learner steps were all finite (0: none, or before training)."""
         for row in reversed(self.history):
-            if not any(v for k, v in row.items() if k.endswith("/nonfinite")):
+            if not nonfinite_steps(row):
                 return row["iteration"]
         return 0
 
@@ -58,3 +58,8 @@ class LoopState:
     def from_json(cls, item: dict[str, Any]) -> LoopState:
         """From a checkpoint's ``loop`` item."""
         return cls(**{f.name: item[f.name] for f in dataclasses.fields(cls) if f.name in item})
+
+
+def nonfinite_steps(row: dict[str, Any]) -> float:
+    """How many learner steps of a history row were skipped as non-finite (``*/nonfinite``)."""
+    return sum(v for k, v in row.items() if k.endswith("/nonfinite"))
