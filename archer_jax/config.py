@@ -48,7 +48,7 @@ from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.data.offline_replay import DATASET_ENVS
 from archer_jax.envs import registry as envs
 from archer_jax.errors import ConfigError
-from archer_jax.handover import checkpoint_directory
+from archer_jax.records.checkpoint import checkpoint_directory
 from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
 from archer_jax.learners.offline_archer import IQLConfig
@@ -316,7 +316,7 @@ def _check_micro_batch_size(c: ml_collections.ConfigDict) -> None:
 def _check_data(c: ml_collections.ConfigDict) -> None:
     """An agent that learns from a dataset has one for the env (the ``offline`` keys are its
     config's, :class:`~archer_jax.data.dataset_config.DatasetConfig`), and the offline-to-online
-    handover's keys."""
+    start's keys (init_from)."""
     if not agents.get(c.agent).learns_from_rollouts:
         if c.env.name not in DATASET_ENVS:
             raise ConfigError(f"config.env.name: offline agents have datasets for {', '.join(DATASET_ENVS)}, not {c.env.name!r}")

@@ -38,7 +38,7 @@ from archer_jax.learners.programs import compile_step
 from archer_jax.learners.train_state import TrainState
 from archer_jax.models.tokenizer import Tokens, next_power_of_two, token_rows
 from archer_jax.precision import traced_with
-from archer_jax.run import report
+from archer_jax.records.progress import progress_bar
 
 if TYPE_CHECKING:  # only for type hints: the agent is built above this module
     from archer_jax.agents.agent import Agent
@@ -157,7 +157,7 @@ def warm_start(agent: Agent, critic: TrainState, observations: Sequence[str], ac
         encoder, history, info = found
         info = dict(info, cache=str(Path(c.sft.cache).expanduser() / entry))
     else:
-        with report.progress_bar(c.critic_pretrain.steps, "critic pretraining", "step") as bar:
+        with progress_bar(c.critic_pretrain.steps, "critic pretraining", "step") as bar:
             def progress(step: int, metrics: dict) -> None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{metrics['loss']:.3f}")

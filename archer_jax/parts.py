@@ -38,7 +38,7 @@ from archer_jax.parts_config import LoRAKeys
 from archer_jax.precision import compute_dtype
 from archer_jax.prompts import Prompter
 from archer_jax.sampling import Sampler, SamplingParams
-from archer_jax.run.step_metrics import StepMetrics
+from archer_jax.records.step_metrics import StepMetrics
 
 # Purposes folded into the run's key, so each phase draws its own numbers.
 ROLLOUT, CRITIC, ACTOR, EVAL = range(4)

@@ -39,7 +39,7 @@ class LoopConfig:
 
     agent: str = "archer"  # a name in archer_jax.agents (checked against the registry by the config)
     seed: int = 0
-    # Offline-to-online (archer_jax/handover.py): start from the policy (and critic) of the newest
+    # Offline-to-online (archer_jax/run/warm_start.py): start from the policy (and critic) of the newest
     # checkpoint of this run directory, e.g. an offline ArCHer run's. "" = start as configured.
     init_from: str = ""
     iterations: int = 2000

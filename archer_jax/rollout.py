@@ -35,7 +35,7 @@ from archer_jax.envs.pool import EnvPool
 from archer_jax.learners.train_state import States
 from archer_jax.parts import EVAL, ROLLOUT, Parts
 from archer_jax.replay import ReplayBuffer
-from archer_jax.run import report
+from archer_jax.records.progress import progress_bar
 from archer_jax.sampling.decoding import row_keys
 
 Act = Callable[[list[str], "int | list[int]", list[int]], Sequence[str | None]]
@@ -203,7 +203,7 @@ def _play(parts: Parts, act: AgentAct, states: States, seeds: Sequence[int], key
 
     max_turns = parts.config.env.max_turns
     total, unit = (max_turns, "turn") if lockstep else (len(share), "dialogue")
-    with report.progress_bar(total, label, unit) as bar:  # tqdm on a terminal, else a line every 30 s
+    with progress_bar(total, label, unit) as bar:  # tqdm on a terminal, else a line every 30 s
         def progress(done: int) -> None:
             bar.update(done - bar.n)
             if cancel is not None and cancel.is_set():

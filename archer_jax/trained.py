@@ -29,8 +29,8 @@ from archer_jax.errors import ConfigError
 from archer_jax.learners.train_state import States
 from archer_jax.parts import EVAL
 from archer_jax.run import config_changes
-from archer_jax.run.checkpoint import Checkpoints
-from archer_jax.train import build_agent
+from archer_jax.records.checkpoint import Checkpoints
+from archer_jax.run.loop import build_agent
 
 
 @dataclasses.dataclass

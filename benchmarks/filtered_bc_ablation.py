@@ -32,11 +32,11 @@ from common import RESULTS, machine, portable
 from filtered_bc_data import dialogues, latest_buffer
 
 from archer_jax import rollout
-from archer_jax.run.checkpoint import Checkpoints
+from archer_jax.records.checkpoint import Checkpoints
 from archer_jax.train import build_agent
 from archer_jax.learners.selection import filtered_bc_mask
 from archer_jax.learners.train_state import States
-from archer_jax.run.checkpoint import Checkpoints
+from archer_jax.records.checkpoint import Checkpoints
 
 
 def subsets(records: list[dict], fraction: float) -> dict[str, list[int]]:

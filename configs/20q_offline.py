@@ -17,7 +17,7 @@ without it the run generates that many dialogues of the embedded env's scripted 
 ``tiny`` plays the 10-object subset with the tiny embedded models, from 1000 generated dialogues of
 a mixture of expert qualities (20% optimal, 30% redundant, 50% random); it needs no download and
 runs on a laptop CPU in minutes. ``micro`` is tiny cut to seconds, for tests. Hand a finished run's
-networks to an online ArCHer run with ``--config.init_from=WORKDIR`` (archer_jax/handover.py).
+networks to an online ArCHer run with ``--config.init_from=WORKDIR`` (archer_jax/run/warm_start.py).
 """
 
 from __future__ import annotations

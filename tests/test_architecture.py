@@ -13,19 +13,17 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 
-# The package archer_jax.run sits in the lowest layer; its modules each sit in their own, by name (layer()).
+# The top floor: the run (its loop, warm starts, command line and checks) and the commands.
+TOP_FLOOR = ("run", "train", "trained", "evaluate", "play", "plan")
 LAYERS = [
-    ("archer_jax", "run", "errors", "xla_flags", "sharding", "precision", "distributed", "interrupts", "workdir_lock",
-     "hub_names", "targets", "jaxpr_flops"),
+    ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "hub_names", "targets", "jaxpr_flops"),
     ("models",),
-    ("envs", "learners", "sampling", "replay", "checkpoint", "report", "step_metrics", "loop_state", "input_pipeline",
-     "dialogue_rows", "tensorboard_writer", "memory_plan", "history", "prompts", "data"),
+    ("envs", "learners", "sampling", "replay", "input_pipeline", "dialogue_rows", "memory_plan", "prompts", "data",
+     "records"),
     ("acting", "parts", "parts_config", "rollout", "sft", "sft_cache", "critic_pretraining", "model_oracle", "plan_parts"),
     ("agents",),
-    ("config", "config_docs", "config_changes", "preflight", "handover", "import_official"),
-    ("train",),
-    ("cli", "trained", "evaluate", "play"),
-    ("plan",),
+    ("config", "config_docs", "import_official"),
+    TOP_FLOOR,
 ]
 MAX_CLASS_LINES = 150
 # Function-local imports of archer_jax modules that stay, as (file under archer_jax/, module): each
@@ -89,18 +87,46 @@ GRAPH = {name: _imports(path) for name, path in MODULES.items()}
 
 def layer(module: str) -> int:
     top = module.split(".")[1] if "." in module else module
-    if top == "run" and module.count(".") > 1:  # archer_jax.run.*: the run's modules span layers; each keeps its own
-        top = module.split(".")[2]
     for number, names in enumerate(LAYERS):
         if top in names:
             return number
     raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to the README's layout)")
 
 
+def _on_top_floor(module: str) -> bool:
+    return "." in module and module.split(".")[1] in TOP_FLOOR
+
+
+def top_floor_imports(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of a top-floor module (the run's loop, its command lines) by a module below it."""
+    return [f"{m} imports {d}" for m, deps in graph.items() if not _on_top_floor(m) for d in sorted(deps)
+            if _on_top_floor(d)]
+
+
 def test_every_module_has_a_layer_and_imports_only_its_own_or_lower_ones():
     upward = [f"{m} (layer {layer(m)}) imports {d} (layer {layer(d)})"
               for m, deps in GRAPH.items() for d in deps if layer(d) > layer(m)]
     assert not upward, "\n".join(upward)
+
+
+def test_nothing_imports_the_top_floor():
+    """The loop, the warm starts and the commands sit on everything else: no module below imports
+    them (a record, a part or a config that needs one of them belongs below)."""
+    assert not top_floor_imports(GRAPH), "\n".join(top_floor_imports(GRAPH))
+
+
+def test_the_top_floor_check_can_fail():
+    graph = {"archer_jax.parts": {"archer_jax.run.loop", "archer_jax.records.report"},
+             "archer_jax.run.cli": {"archer_jax.run.loop"}, "archer_jax.config": {"archer_jax.train"}}
+    assert top_floor_imports(graph) == ["archer_jax.parts imports archer_jax.run.loop",
+                                        "archer_jax.config imports archer_jax.train"]
+
+
+def test_the_train_command_runs_its_module_once():
+    """``python -m archer_jax.train`` executes train.py as ``__main__``: a module of the package that
+    imported ``archer_jax.train`` would execute it a second time, under its own name."""
+    importers = sorted(m for m, deps in GRAPH.items() if "archer_jax.train" in deps)
+    assert not importers, importers
 
 
 def test_learning_does_not_act():

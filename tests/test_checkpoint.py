@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from archer_jax import models
-from archer_jax.run.checkpoint import Checkpoints
+from archer_jax.records.checkpoint import Checkpoints
 from archer_jax.learners import Actor, DoubleCritic
 from archer_jax.replay import ReplayBuffer
 from archer_jax.agents.steps import Steps
@@ -88,7 +88,7 @@ def test_arrays_that_are_not_the_saved_ones_fail_the_restore_by_their_checksums(
 
 def test_a_checkpoint_without_room_is_refused_before_writing(learner, tmp_path, monkeypatch):
     from archer_jax.errors import CheckpointWriteError
-    from archer_jax.run import checkpoint
+    from archer_jax.records import checkpoint
 
     checkpoints, actor, critic, buffer = _saved(learner, tmp_path)
     newest = sum(p.stat().st_size for p in (tmp_path / "ck" / "0").rglob("*") if p.is_file())

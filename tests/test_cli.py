@@ -17,7 +17,8 @@ from pathlib import Path
 import jax
 import pytest
 
-from archer_jax import config as config_lib, sft, train, xla_flags
+from archer_jax import config as config_lib, sft, xla_flags
+from archer_jax.run import loop as train
 from archer_jax.errors import ConfigError
 from archer_jax.run import cli, preflight
 from tests.train.test_train_app import CONFIG, micro

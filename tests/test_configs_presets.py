@@ -11,7 +11,7 @@ import pytest
 
 from archer_jax import config as config_lib
 from archer_jax.models.tiny import offline_model
-from archer_jax.run import report
+from archer_jax.records import report
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FILES = sorted(p.name for p in CONFIGS.glob("*.py"))

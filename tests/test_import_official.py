@@ -273,7 +273,7 @@ def test_trainer_file_missing_a_head_names_it(tmp_path, bases, trainer_file):
 
 def test_a_run_starts_from_the_imported_critic(tmp_path, bases, trainer_file):
     """--config.model.critic_init: the run's critic and target are the official ones, with a fresh optimizer."""
-    from archer_jax import handover
+    from archer_jax.run.warm_start import critic_from_file
     from archer_jax.train import build_agent
     from archer_jax.learners import official_critic
     from safetensors.numpy import load_file
@@ -286,7 +286,7 @@ def test_a_run_starts_from_the_imported_critic(tmp_path, bases, trainer_file):
     c.model.critic_init = str(written["critic_init"])
     agent = build_agent(c, tmp_path / "run")
     run = agent.parts
-    states = handover.critic_from_file(agent, agent.init_states(), c.model.critic_init)
+    states = critic_from_file(agent, agent.init_states(), c.model.critic_init)
     tensors = load_file(written["critic_init"])
     expected = official_critic.params(tensors, states.critic.params, run.encoder_config, "target_critic.")
     for got, want in zip(jax_leaves(states.critic.target), jax_leaves(expected)):

@@ -8,7 +8,8 @@ import logging
 
 import pytest
 
-from archer_jax.run import report
+from archer_jax.records import report
+from archer_jax.records.progress import Heartbeat, format_duration, progress_bar
 
 
 class Clock:
@@ -24,7 +25,7 @@ class Clock:
 @pytest.mark.parametrize("seconds, text", [(0, "0 s"), (42.4, "42 s"), (185, "3 min 05 s"), (3599, "59 min 59 s"),
                                            (7620, "2 h 07 min"), (-3, "0 s")])
 def test_format_duration(seconds, text):
-    assert report.format_duration(seconds) == text
+    assert format_duration(seconds) == text
 
 
 def test_console_line_adds_the_eta_when_given_and_is_unchanged_without_it():
@@ -64,7 +65,7 @@ def test_progress_on_resume_counts_from_the_iteration_reached():
 def test_heartbeat_logs_a_line_with_eta_every_period_only(caplog):
     clock = Clock(0.0)
     caplog.set_level(logging.INFO, logger="archer_jax")
-    with report.Heartbeat(300, "SFT", "step", every_s=30.0, clock=clock) as beat:
+    with Heartbeat(300, "SFT", "step", every_s=30.0, clock=clock) as beat:
         for step in range(1, 61):
             clock.now = step * 1.0  # one step a second
             beat.update(1)
@@ -80,7 +81,7 @@ def test_heartbeat_logs_a_line_with_eta_every_period_only(caplog):
 def test_heartbeat_follows_the_rollout_bar_calls(caplog):
     clock = Clock(0.0)
     caplog.set_level(logging.INFO, logger="archer_jax")
-    beat = report.Heartbeat(12, "rollouts 3", "turn", every_s=10.0, clock=clock)
+    beat = Heartbeat(12, "rollouts 3", "turn", every_s=10.0, clock=clock)
     for turn in (1, 2, 3):
         clock.now = 11.0 * turn
         beat.update(turn - beat.n)  # rollouts.py: bar.update(t - bar.n)
@@ -96,9 +97,9 @@ class _Terminal(io.StringIO):
 def test_progress_bar_is_tqdm_on_a_terminal_and_a_heartbeat_elsewhere():
     from tqdm.auto import tqdm
 
-    quiet = report.progress_bar(10, "SFT", "step", stream=io.StringIO())
-    assert isinstance(quiet, report.Heartbeat) and quiet.desc == "SFT" and quiet.unit == "step"
-    with report.progress_bar(10, "SFT", "step", stream=_Terminal()) as bar:
+    quiet = progress_bar(10, "SFT", "step", stream=io.StringIO())
+    assert isinstance(quiet, Heartbeat) and quiet.desc == "SFT" and quiet.unit == "step"
+    with progress_bar(10, "SFT", "step", stream=_Terminal()) as bar:
         assert isinstance(bar, tqdm)
         bar.update(1)
         bar.set_postfix(loss="1.000")
@@ -172,7 +173,7 @@ def test_learning_curve_x_axis_has_whole_ticks_from_zero(evals, offline, label):
 
 
 def test_plot_learning_curve_writes_a_png_and_keeps_its_old_call(tmp_path):
-    path = report.plot_learning_curve(tmp_path, EVALS, "t")  # train.py's call, unchanged
+    path = report.plot_learning_curve(tmp_path, EVALS, "t")  # the loop's call, unchanged
     assert path == tmp_path / report.CURVE and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report.plot_learning_curve(tmp_path, EVALS, "t", sft=True, optimum=report.optimal_return("twenty_questions_subset", 12))
     assert path.stat().st_size > 0

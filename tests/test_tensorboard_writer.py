@@ -5,7 +5,7 @@ import sys
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from archer_jax.run import report
+from archer_jax.records import report
 
 
 def test_scalars_and_hparams_read_back(tmp_path):
@@ -27,7 +27,7 @@ def test_the_train_app_needs_no_tensorflow(tmp_path):
 import sys
 sys.modules["tensorflow"] = None  # as on an image without TensorFlow: importing it fails
 import archer_jax.train
-from archer_jax.run import report
+from archer_jax.records import report
 writers = report.Writers({str(tmp_path)!r})
 writers.scalars(3, {{"x": 1.0}})
 writers.close()
@@ -44,7 +44,7 @@ def test_texts_read_back_without_tensorflow(tmp_path):
     code = f"""
 import sys
 sys.modules["tensorflow"] = None
-from archer_jax.run import report
+from archer_jax.records import report
 writers = report.Writers({str(tmp_path)!r})
 writers.texts(4, {{"dialogues/greedy": "```\\nQuestions:\\nIs it a dog? Yes.\\n```"}})
 writers.close()

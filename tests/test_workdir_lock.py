@@ -1,4 +1,4 @@
-"""One run per workdir (archer_jax/run/workdir_lock.py): a second run on a locked workdir is refused in
+"""One run per workdir (archer_jax/records/workdir_lock.py): a second run on a locked workdir is refused in
 one line, a lock left by a process that is gone is taken over with a warning, and the lock goes
 with the run (tests/train/test_train_app.py checks that a finished run leaves none)."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from archer_jax.errors import TrainingError
-from archer_jax.run import workdir_lock
-from archer_jax.run.workdir_lock import LOCK, WorkdirInUse, WorkdirLock
+from archer_jax.records import workdir_lock
+from archer_jax.records.workdir_lock import LOCK, WorkdirInUse, WorkdirLock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,7 +143,7 @@ import sys
 import jax
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
-from archer_jax.run.workdir_lock import WorkdirInUse, WorkdirLock
+from archer_jax.records.workdir_lock import WorkdirInUse, WorkdirLock
 try:
     with WorkdirLock(sys.argv[3]) as lock:
         print("held" if lock.held else "shared", flush=True)

@@ -23,7 +23,6 @@ from archer_jax.learners.actor_losses import ACTOR_LOSSES, ActorLoss, PolicyTerm
 from archer_jax.learners.archer import advantage, td_targets
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import CriticValues, DoubleCritic, MLPHead
-from archer_jax.learners.archer import advantage, td_targets
 from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.programs import compile_step

@@ -2,9 +2,9 @@
 
 Every entry has one signature, ``loss(terms: PolicyTerms, **options) -> (loss, aux)``, and
 declares what it needs from the networks (``needs_baseline``: the actor gets a per-token value
-head) and which :class:`~archer_jax.learners.learner.LearnerConfig` fields it takes as
+head) and which :class:`~archer_jax.learners.learner_config.LearnerConfig` fields it takes as
 ``options`` (e.g. ``awr``'s β and clip). Config
-validation, :class:`~archer_jax.learners.learner.LearnerConfig`, the actor's construction and the
+validation, :class:`~archer_jax.learners.learner_config.LearnerConfig`, the actor's construction and the
 actor step all read this registry; nothing else checks loss names. New objectives (offline
 ArCHer, PPO, GRPO) plug in with :func:`register`::
 
@@ -55,7 +55,7 @@ ACTOR_LOSSES: dict[str, ActorLoss] = {}
 def register(name: str, fn: Callable[..., tuple[Array, dict]], *, needs_baseline: bool = False,
              options: tuple[str, ...] = ()) -> ActorLoss:
     """Makes ``config.learner.actor_loss = name`` train the actor with ``fn(terms, **options)``,
-    ``options`` naming :class:`~archer_jax.learners.learner.LearnerConfig` fields."""
+    ``options`` naming :class:`~archer_jax.learners.learner_config.LearnerConfig` fields."""
     if name in ACTOR_LOSSES:
         raise ValueError(f"actor loss {name!r} is already registered")
     ACTOR_LOSSES[name] = ActorLoss(name, fn, needs_baseline, tuple(options))

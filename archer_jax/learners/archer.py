@@ -8,8 +8,8 @@
              q: π's distribution that a_π was sampled from (temperature, top-k, top-p)
 
 Batches carry a leading micro-batch axis; the gradients are averaged over it. CHAI trains its
-critic with the same :func:`critic_step`. :class:`archer_jax.learners.Learner` jits these with
-explicit shardings. The equations and our conventions are in ``docs/algorithms.md``.
+critic with the same :func:`critic_step`. :meth:`archer_jax.learners.networks.Networks.compile_step`
+jits these with explicit shardings. The equations and our conventions are in ``docs/algorithms.md``.
 
 ArCHer's estimators, :func:`td_targets` (the critic's) and :func:`advantage` (the actor's
 utterance-level one), are pure functions of the values the networks computed (``[batch]`` per

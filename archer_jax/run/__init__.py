@@ -1,16 +1,11 @@
-"""A training run's bookkeeping: its command line, its checks, what it saves, records and reports.
+"""The top floor: a training run's loop and how it starts, its command line and its checks.
 
 * :mod:`~archer_jax.run.cli`: the command line of ``python -m archer_jax.train``: flags, one-line errors.
 * :mod:`~archer_jax.run.preflight`: every check of a run's inputs that needs no model, before anything is built.
 * :mod:`~archer_jax.run.config_changes`: what a resumed run may change in its config, and how it is recorded.
-* :mod:`~archer_jax.run.checkpoint`: orbax checkpoints: networks, optimizer states, replay buffer, loop state.
-* :mod:`~archer_jax.run.loop_state`: the training loop's own state: counters, metric history, evaluations, seed.
-* :mod:`~archer_jax.run.history`: ``history.jsonl``, a line of metrics per finished iteration.
-* :mod:`~archer_jax.run.step_metrics`: per-phase means of the step metrics; the non-finite watchdog.
-* :mod:`~archer_jax.run.report`: TensorBoard events (and W&B), the console line, the summary and plot.
-* :mod:`~archer_jax.run.tensorboard_writer`: TensorBoard event files without TensorFlow.
-* :mod:`~archer_jax.run.interrupts`: SIGINT/SIGTERM/SIGHUP as a request to save and stop.
-* :mod:`~archer_jax.run.workdir_lock`: one run per workdir (``WORKDIR/run.lock``).
+* :mod:`~archer_jax.run.loop`: the training loop (``train_and_evaluate``): start or resume, iterate, save, report.
+* :mod:`~archer_jax.run.warm_start`: a new run's start: SFT (and its cache), the critic's pretraining,
+  ``init_from``, an official critic.
 
-The package imports none of them: each module is imported by name (they sit in different layers).
+Nothing below imports this package; what a run writes and reads back is :mod:`archer_jax.records`.
 """

@@ -29,7 +29,7 @@ from archer_jax.config_docs import KEY_DOCS
 from archer_jax.envs.base import EnvError
 from archer_jax.errors import ConfigError, TrainingError, one_line
 from archer_jax.models.hub import ModelLoadError
-from archer_jax.train import train_and_evaluate
+from archer_jax.run.loop import train_and_evaluate
 from archer_jax.xla_flags import quiet_tpu_probe, set_default_flags
 
 # New attributes: the free-form groups (config.FREE_FORM) take keys a config file does not name

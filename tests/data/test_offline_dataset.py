@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from archer_jax import train
+from archer_jax.run import loop as train
 from archer_jax.data import dialogues, sources
 from archer_jax.data.offline_replay import dataset_env, open_dataset, saved_state
 from archer_jax.errors import ConfigError

@@ -11,7 +11,7 @@ from archer_jax import learners, models
 from archer_jax.learners import batches, bc, train_state
 from archer_jax.models import lora
 from archer_jax.replay import ReplayBuffer
-from archer_jax.run.checkpoint import Checkpoints
+from archer_jax.records.checkpoint import Checkpoints
 from archer_jax.sampling import Sampler, SamplingParams
 from archer_jax.agents.steps import Steps
 from tests.learners.conftest import ACTIONS, OBSERVATIONS

@@ -2,7 +2,7 @@
 
 import jax
 
-from archer_jax import train
+from archer_jax.run import loop as train
 
 
 def test_the_cache_directory_is_made_and_used_unless_one_is_set(tmp_path):

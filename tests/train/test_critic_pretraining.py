@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from archer_jax.train import critic_warm_start
+from archer_jax.run.warm_start import critic_start
 from tests.train.test_sft_start import warm_started
 from tests.train.test_train_app import assert_same_tree, micro
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 def _pretrained(c, workdir):
     """(the critic's parameters and target after the warm start, as built, and its info)."""
-    state, built, info = warm_started(c, workdir, critic_warm_start, "critic")
+    state, built, info = warm_started(c, workdir, critic_start, "critic")
     return state.params, state.target, built, info
 
 

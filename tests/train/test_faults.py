@@ -19,14 +19,14 @@ import jax
 import numpy as np
 import pytest
 
-from archer_jax import train
-from archer_jax.run import history
-from archer_jax.run.checkpoint import Checkpoints
+from archer_jax.run import loop as train
+from archer_jax.records import history
+from archer_jax.records.checkpoint import Checkpoints
 from archer_jax.errors import ConfigError, RunInterrupted, TrainingError
-from archer_jax.run import history
-from archer_jax.run.checkpoint import Checkpoints
-from archer_jax.run.interrupts import Interrupts
-from archer_jax.run.loop_state import LoopState
+from archer_jax.records import history
+from archer_jax.records.checkpoint import Checkpoints
+from archer_jax.records.interrupts import Interrupts
+from archer_jax.records.loop_state import LoopState
 from archer_jax.train import train_and_evaluate
 from tests.train.test_train_app import _complete_steps, assert_same_tree, micro, restored
 

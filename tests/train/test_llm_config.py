@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from archer_jax.run.checkpoint import Checkpoints
+from archer_jax.records.checkpoint import Checkpoints
 from archer_jax.train import build_agent
 from archer_jax.train import train_and_evaluate
 

@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from archer_jax import config as config_lib
-from archer_jax import handover
+from archer_jax.run import warm_start
 from archer_jax.train import build_agent
 from archer_jax.errors import ConfigError
 from archer_jax.train import train_and_evaluate
@@ -94,7 +94,7 @@ def test_online_archer_starts_from_the_offline_run(offline_run, tmp_path):
     agent = build_agent(online, tmp_path / "components")
     run = agent.parts
     try:
-        states = handover.initial_states(agent, agent.init_states(), workdir)
+        states = warm_start.initial_states(agent, agent.init_states(), workdir)
     finally:
         run.close()
     actor, critic, _, _ = restored(workdir, c)

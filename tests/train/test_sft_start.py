@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from archer_jax import sft, sft_cache
-from archer_jax.run import report
-from archer_jax.train import build_agent, warm_start
+from archer_jax.records import report
+from archer_jax.run.warm_start import sft_start
+from archer_jax.train import build_agent
 from tests.train.test_train_app import assert_same_tree, micro
 
 FAMILIES = {
@@ -27,8 +28,8 @@ def _config(cache, **overrides):
     return micro(sft__steps=6, sft__batch_size=8, sft__cache=str(cache), **overrides)
 
 
-def warm_started(c, workdir, warm=warm_start, network: str = "actor"):
-    """(``network``'s state after ``warm`` (``train.warm_start`` or ``train.critic_warm_start``),
+def warm_started(c, workdir, warm=sft_start, network: str = "actor"):
+    """(``network``'s state after ``warm`` (``warm_start.sft_start`` or ``warm_start.critic_start``),
     its parameters as built, and the warm start's info)."""
     agent = build_agent(c, workdir)
     try:

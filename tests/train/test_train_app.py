@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from archer_jax import config as config_lib
-from archer_jax.run.checkpoint import Checkpoints
+from archer_jax.records.checkpoint import Checkpoints
 from archer_jax.envs import registry
 from archer_jax.envs.base import StepResult
 from archer_jax.envs.twenty_questions import TwentyQuestionsSubset
@@ -332,7 +332,7 @@ def test_a_run_whose_last_iterations_were_not_finite_does_not_report_itself_fini
 
 @pytest.mark.slow
 def test_a_full_disk_at_a_checkpoint_stops_in_one_line_and_the_summary_says_so(tmp_path, monkeypatch):
-    from archer_jax.run import checkpoint
+    from archer_jax.records import checkpoint
 
     real = checkpoint.shutil.disk_usage
     full = lambda path: real(path)._replace(free=0) if (tmp_path / "checkpoints" / "1").exists() else real(path)
@@ -350,7 +350,7 @@ def test_a_full_disk_at_a_checkpoint_stops_in_one_line_and_the_summary_says_so(t
 
 @pytest.mark.slow
 def test_an_unexpected_error_is_recorded_as_the_stop(tmp_path, monkeypatch):
-    from archer_jax import train
+    from archer_jax.run import loop as train
 
     original = train.rollout.collect
 
@@ -370,7 +370,7 @@ def test_an_unexpected_error_is_recorded_as_the_stop(tmp_path, monkeypatch):
 def test_a_workdir_deleted_during_the_run_stops_in_one_line(tmp_path, monkeypatch):
     import shutil
 
-    from archer_jax import train
+    from archer_jax.run import loop as train
 
     workdir, original = tmp_path / "run", train.rollout.collect
 

@@ -1,5 +1,5 @@
-"""What a run reports: TensorBoard events (and W&B), the console line with the run's ETA, progress
-lines for long phases when no terminal shows a bar, summary.json and learning_curve.png."""
+"""What a run reports: TensorBoard events (and W&B), the console line with the run's ETA,
+summary.json and learning_curve.png (progress lines of long phases: :mod:`archer_jax.records.progress`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -15,7 +14,8 @@ from typing import Any
 
 import jax
 
-from archer_jax.run.tensorboard_writer import tensorboard_writer
+from archer_jax.records.progress import format_duration
+from archer_jax.records.tensorboard_writer import tensorboard_writer
 
 log = logging.getLogger("archer_jax")
 
@@ -83,17 +83,6 @@ class Writers:
             w.close()
 
 
-def format_duration(seconds: float) -> str:
-    """``seconds`` for a reader: "42 s", "3 min 05 s", "2 h 07 min"."""
-    seconds = max(0.0, float(seconds))
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes = int(seconds // 60)
-    if minutes < 60:
-        return f"{minutes} min {int(seconds % 60):02d} s"
-    return f"{minutes // 60} h {minutes % 60:02d} min"
-
-
 def console_line(iteration: int, iterations: int, m: Mapping[str, float], eta_s: float | None = None) -> str:
     """One line per iteration: progress, returns, losses, time and, given ``eta_s`` (e.g.
     :meth:`Progress.eta_s`), the time the rest of the run will take."""
@@ -149,72 +138,6 @@ class Progress:
             return 0.0
         rate = self.seconds_per_iteration()
         return None if rate is None else remaining * rate
-
-
-HEARTBEAT_S = 30.0  # seconds between progress lines of a long phase when no terminal shows a bar
-
-
-class Heartbeat:
-    """A long phase's progress (SFT steps, rollout turns) as a log line every ``every_s`` seconds:
-    what a tqdm bar shows, where none is shown (nohup, CI, a log file). It takes the calls the
-    loop makes on a tqdm bar: ``update``, ``set_postfix``, ``n``, and ``with``."""
-
-    def __init__(self, total: int, desc: str, unit: str = "it", every_s: float = HEARTBEAT_S,
-                 clock: Callable[[], float] = time.monotonic, logger: logging.Logger = log):
-        self.total, self.desc, self.unit, self.every_s = total, desc, unit, every_s
-        self.n = 0
-        self.postfix: dict[str, Any] = {}
-        self._clock, self._logger = clock, logger
-        self._start = self._last = clock()
-
-    def update(self, n: int = 1) -> None:
-        """Counts ``n`` more units; logs a line when ``every_s`` seconds passed since the last one."""
-        self.n += n
-        now = self._clock()
-        if now - self._last >= self.every_s:
-            self._last = now
-            self._logger.info("%s", self.line())
-
-    def set_postfix(self, ordered_dict: Mapping[str, Any] | None = None, refresh: bool = True, **values: Any) -> None:
-        """Values shown at the end of the next line (as tqdm's ``set_postfix``)."""
-        self.postfix = {**(ordered_dict or {}), **values}
-
-    def line(self) -> str:
-        """``SFT: step 120/300 (40%), 21 s elapsed, ETA 32 s, loss=12.345``."""
-        elapsed = self._clock() - self._start
-        parts = [f"{self.desc}: {self.unit} {self.n}/{self.total}"
-                 + (f" ({100 * self.n / self.total:.0f}%)" if self.total else ""), f"{format_duration(elapsed)} elapsed"]
-        if 0 < self.n < self.total:
-            parts.append(f"ETA {format_duration(elapsed / self.n * (self.total - self.n))}")
-        parts += [f"{k}={v}" for k, v in self.postfix.items()]
-        return ", ".join(parts)
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> Heartbeat:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def progress_bar(total: int, desc: str, unit: str = "it", every_s: float = HEARTBEAT_S, stream: Any = None):
-    """A tqdm bar when ``stream`` (default stderr, where tqdm draws) is a terminal; else a
-    :class:`Heartbeat` that logs a line every ``every_s`` seconds."""
-    stream = sys.stderr if stream is None else stream
-    if _is_terminal(stream):
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc=desc, unit=unit, leave=False, file=stream)
-    return Heartbeat(total, desc, unit, every_s=every_s)
-
-
-def _is_terminal(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
 
 
 def _clean(value: Any) -> Any:

@@ -38,7 +38,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from archer_jax.errors import CheckpointWriteError, TrainingError, one_line
+from archer_jax.errors import CheckpointWriteError, ConfigError, TrainingError, one_line
 from archer_jax.learners.train_state import TrainState
 from archer_jax.data.offline_replay import saved_state
 from archer_jax.replay import ReplayBuffer
@@ -46,6 +46,15 @@ from archer_jax.replay import ReplayBuffer
 log = logging.getLogger("archer_jax")
 
 Restored = tuple[TrainState, "TrainState | None", ReplayBuffer, dict[str, Any]]
+
+
+def checkpoint_directory(init_from: str | Path) -> Path:
+    """The checkpoints directory of ``init_from`` (a workdir or the directory itself)."""
+    path = Path(init_from).expanduser()
+    directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    if not directory.is_dir():
+        raise ConfigError(f"config.init_from: {path} is not a run's workdir (no checkpoints directory)")
+    return directory
 
 
 class ReplayHandler(ocp.CheckpointHandler):
