@@ -295,7 +295,7 @@ def stage_rollout_overlap(c: Campaign, budget: float) -> dict:
 
 def stage_plan_vs_measured(c: Campaign, budget: float) -> dict:
     if why := missing("archer_jax.plan"):
-        return dict(status="skipped", reason=f"{why}: archer_jax/plan.py is not in this tree")
+        return dict(status="skipped", reason=f"{why}: archer_jax/plan/ is not in this tree")
     path = c.out / "plan" / f"plan_{c.tag}.json"
     cmd = [sys.executable, "-m", "archer_jax.plan", f"--config=configs/20q.py{':tiny' if c.smoke else ''}",
            "--target=local", f"--json={path}"]

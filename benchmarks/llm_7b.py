@@ -35,7 +35,7 @@ process on the same device (ours first, then the reference):
 gradient checkpointing in the reference (both policy and critic), so both sides recompute the
 same. Each measurement is warmed up once (ours: compilation, reported as ``compile s``), then
 timed ``--repeats`` times (median). Memory per device: ours from the states' shards
-(:func:`archer_jax.memory_plan.device_bytes`) and the device's peak (``memory_stats()``, where it
+(:func:`archer_jax.plan.memory.device_bytes`) and the device's peak (``memory_stats()``, where it
 reports one: cumulative over the run so far); the reference's from
 ``torch.cuda.max_memory_allocated()`` per part (CUDA only). JAX is told not to preallocate GPU
 memory (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set), so that PyTorch finds room after it.
@@ -67,7 +67,8 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from archer_jax.agents.steps import Steps  # noqa: E402
-from archer_jax import learners, memory_plan, models  # noqa: E402
+from archer_jax import learners, models  # noqa: E402
+from archer_jax.plan import memory as memory_plan  # noqa: E402
 from archer_jax import sharding as shd  # noqa: E402
 from archer_jax.models.llama.model import LlamaForCausalLM, MistralConfig  # noqa: E402
 from archer_jax.models.lora import LoRAConfig, apply_lora  # noqa: E402

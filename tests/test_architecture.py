@@ -16,11 +16,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 # The top floor: the run (its loop, warm starts, command line and checks) and the commands.
 TOP_FLOOR = ("run", "train", "trained", "evaluate", "play", "plan")
 LAYERS = [
-    ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "hub_names", "targets", "jaxpr_flops"),
+    ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "hub_names"),
     ("models",),
-    ("envs", "learners", "sampling", "replay", "input_pipeline", "dialogue_rows", "memory_plan", "prompts", "data",
+    ("envs", "learners", "sampling", "replay", "input_pipeline", "dialogue_rows", "prompts", "data",
      "records"),
-    ("acting", "parts", "parts_config", "rollout", "sft", "sft_cache", "critic_pretraining", "model_oracle", "plan_parts"),
+    ("acting", "parts", "parts_config", "rollout", "sft", "sft_cache", "critic_pretraining", "model_oracle"),
     ("agents",),
     ("config", "config_docs", "import_official"),
     TOP_FLOOR,

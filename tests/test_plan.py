@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from archer_jax import targets
+from archer_jax.plan import slices
 from archer_jax.config import validate
 from archer_jax.models import build_tiny
-from archer_jax.plan import not_fitting_line, plan_run
+from archer_jax.plan.planner import not_fitting_line, plan_run
 from tests.train.test_train_app import ROOT, micro
 
 pytestmark = pytest.mark.slow
@@ -23,7 +23,7 @@ libtpu = pytest.importorskip("libtpu", reason="the tpu extra (libtpu) compiles f
 def planned(tmp_path_factory, target: str, only=None, **overrides):
     config = micro(**overrides)
     validate(config)
-    return plan_run(config, targets.get(target), tmp_path_factory.mktemp("plan"), only=only)
+    return plan_run(config, slices.get(target), tmp_path_factory.mktemp("plan"), only=only)
 
 
 @pytest.fixture(scope="module")

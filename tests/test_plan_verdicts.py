@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from archer_jax import plan as plan_lib, targets
+from archer_jax.plan import planner as plan_lib, slices
 from archer_jax.config import validate
 from archer_jax.errors import ConfigError
-from archer_jax.plan import Plan, ProgramPlan, check_json_path, not_fitting_line
+from archer_jax.plan.command import check_json_path
+from archer_jax.plan.planner import Plan, ProgramPlan, not_fitting_line
 from tests.train.test_train_app import micro
 
 OOM = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 16.74G of "
@@ -50,7 +51,7 @@ def test_a_sampler_program_xla_refuses_is_reported_not_raised(tmp_path, monkeypa
     monkeypatch.setattr(jax.stages.Lowered, "compile", refuse)
     config = micro()
     validate(config)
-    planned = plan_lib.plan_run(config, targets.get("local"), tmp_path, only={"rollout"})
+    planned = plan_lib.plan_run(config, slices.get("local"), tmp_path, only={"rollout"})
     assert [(p.name, p.fits, p.error) for p in planned.programs] == [("rollout prefill", False, OOM),
                                                                      ("rollout decode", False, OOM)]
     assert not_fitting_line(planned).startswith("error: rollout prefill does not fit in local's ")

@@ -44,7 +44,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from archer_jax import agents, distributed, memory_plan, rollout
+from archer_jax import agents, distributed, rollout
+from archer_jax.plan import memory as memory_plan
 from archer_jax.agents.agent import Agent, timed
 from archer_jax.config import MICRO
 from archer_jax.errors import CheckpointWriteError, ConfigError, RunInterrupted, TrainingError, one_line

@@ -1,7 +1,7 @@
 """What each device will hold, printed before the first compilation: the mesh, and per device the
 parameters (with the target critic) and the optimizer state.
 
-    log.info("%s", memory_plan.describe(mesh, states))
+    log.info("%s", memory.describe(mesh, states))
 
 They are counted from the states' own shardings (each device's shard). What a learner step needs
 beyond them comes from its compiled program, not from shapes: each step logs it when it is first

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from archer_jax.jaxpr_flops import matmul_flops
+from archer_jax.plan.flops import matmul_flops
 
 
 def test_a_matmul():

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from archer_jax import targets
+from archer_jax.plan import slices
 
 
 @pytest.mark.parametrize("name, chips, hosts, hbm_gib", [
@@ -15,27 +15,27 @@ from archer_jax import targets
     ("v6e-8", 8, 1, 32), ("v6e-16", 16, 4, 32),
 ])
 def test_slices_as_gcloud_names_them(name, chips, hosts, hbm_gib):
-    target = targets.get(name)
+    target = slices.get(name)
     assert (target.chips, target.hosts, target.chip.hbm_bytes) == (chips, hosts, hbm_gib * 2**30)
-    assert target.is_tpu and name in targets.names()
+    assert target.is_tpu and name in slices.names()
 
 
 def test_chip_peaks():
-    assert targets.CHIPS["v5e"].peak_flops == 197e12 and targets.CHIPS["v5e"].hbm_bandwidth == 819e9
-    assert targets.CHIPS["v4"].peak_flops == 275e12 and targets.CHIPS["v6e"].peak_flops == 918e12
+    assert slices.CHIPS["v5e"].peak_flops == 197e12 and slices.CHIPS["v5e"].hbm_bandwidth == 819e9
+    assert slices.CHIPS["v4"].peak_flops == 275e12 and slices.CHIPS["v6e"].peak_flops == 918e12
 
 
 @pytest.mark.parametrize("name, says", [("v5litepod-3", "no v5litepod slice of 3"), ("v9-8", "not a TPU type")])
 def test_a_name_that_is_no_slice_is_one_line(name, says):
-    with pytest.raises(targets.TargetError, match=says):
-        targets.get(name)
+    with pytest.raises(slices.TargetError, match=says):
+        slices.get(name)
     done = subprocess.run([sys.executable, "-m", "archer_jax.plan", "--config=configs/20q.py:micro", f"--target={name}"],
-                          capture_output=True, text=True, timeout=120, cwd=targets.__file__.rsplit("/archer_jax/", 1)[0])
+                          capture_output=True, text=True, timeout=120, cwd=slices.__file__.rsplit("/archer_jax/", 1)[0])
     assert done.returncode == 1 and done.stderr.strip().count("\n") == 0 and says in done.stderr, done.stderr[-2000:]
 
 
 def test_local_is_this_machines_devices():
     import jax
 
-    local = targets.get("local")
+    local = slices.get("local")
     assert not local.is_tpu and local.chips == len(jax.devices()) and local.devices() == jax.devices()

@@ -1,25 +1,6 @@
-"""Will it fit, and how fast? Every program of one iteration of a run, compiled for a TPU slice
-(or this machine's devices) from the config alone, before you pay for the slice.
-
-    python -m archer_jax.plan --config=configs/20q.py --target=v5litepod-8
-    python -m archer_jax.plan --config=configs/20q_llm.py --target=v4-32 --json plan.json
-    python -m archer_jax.plan --config=configs/20q.py:tiny --target=local
-
-No weights are read and nothing is downloaded: the models' shapes come from their ``config.json``
-(copies of the paper's models ship with the package). The run's mesh and sharding rules are built
-on the target's devices and each program is compiled by XLA for that chip (libtpu's compiler,
-from the ``tpu`` extra; it runs on any host): the sampler's prefill and decode for the rollouts,
-the evaluations and each step's ``a_π``, the agent's own learner steps, built by the same code
-as in a run, and a T5 oracle's decode when the config names one (:mod:`archer_jax.plan_parts`), with ``learner.micro_batch_size="auto"`` chosen from
-the target's memory. For each program it prints the compiler's memory per chip (arguments,
-temporaries, outputs, and the peak with every state the run holds resident) against the chip's
-HBM, its FLOPs and bytes, a roofline time (the larger of FLOPs / peak FLOP/s and bytes / HBM
-bandwidth: a lower bound), its compile time and its count per iteration; then the projected time
-of an iteration and of the run. XLA counts a loop's body once: a learner step's FLOPs are counted
-on its jaxpr (:mod:`archer_jax.jaxpr_flops`: scanned layers and micro-batches multiplied out; its
-bytes are XLA's count, a lower bound), and the decode loop's FLOPs are XLA's times its new tokens,
-its bytes the floor of every parameter and the whole KV cache read once per new token. A program that does not fit
-ends the command with one line naming it (exit status 1).
+"""The plan of a run: each program of one iteration compiled for a slice (or this machine) from
+abstract parts, its memory, FLOPs, bytes, roofline time and count, and the iteration's projected
+time (the package docstring says what is counted and how).
 """
 
 from __future__ import annotations
@@ -29,25 +10,16 @@ import functools
 import json
 import logging
 import math
-import os
 import re
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-from absl import app, flags
 from flax import nnx
-from jax._src import xla_bridge
 
-from archer_jax import agents, targets
+from archer_jax import agents
 from archer_jax.envs import oracle_formats
-from archer_jax.config import validate
-from archer_jax.errors import ConfigError
-from archer_jax.jaxpr_flops import matmul_flops
-from archer_jax.memory_plan import device_bytes
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.micro_batching import StepProgram, program_bytes, size_text
 from archer_jax.learners.ppo import PPOBatch
@@ -55,10 +27,11 @@ from archer_jax.learners.programs import abstract
 from archer_jax.model_oracle import DEFAULT_T5_BASE
 from archer_jax.models.t5 import generate as t5_generate
 from archer_jax.models.tokenizer import Tokens, next_power_of_two
-from archer_jax.plan_parts import PlanParts, abstract_model, model_config
-from archer_jax.run import cli, preflight
+from archer_jax.plan import slices
+from archer_jax.plan.abstract_parts import PlanParts, abstract_model, model_config
+from archer_jax.plan.flops import matmul_flops
+from archer_jax.plan.memory import device_bytes
 from archer_jax.sampling.decoding import SamplingParams
-from archer_jax.xla_flags import quiet_tpu_probe, set_default_flags
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +121,7 @@ def _counts(c, agent_config, parts: PlanParts) -> dict[str, float]:
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
-def _analyse(program: ProgramPlan, compiled, chip: targets.Chip | None, resident: int, state_bytes: int,
+def _analyse(program: ProgramPlan, compiled, chip: slices.Chip | None, resident: int, state_bytes: int,
              loops: int, matmul: float | None = None, floor_bytes: float | None = None) -> None:
     """Fills ``program`` from the compiled program. ``loops``: the trip count of the loop XLA counts
     once; ``matmul``: the program's matmul FLOPs per chip counted on its jaxpr (every loop
@@ -179,7 +152,7 @@ def _analyse(program: ProgramPlan, compiled, chip: targets.Chip | None, resident
         program.fits = program.peak_bytes <= chip.hbm_bytes if memory is not None else None
 
 
-def plan_run(config, target: targets.Target, workdir: Path, *, config_name: str = "",
+def plan_run(config, target: slices.Target, workdir: Path, *, config_name: str = "",
              only: set[str] | None = None) -> Plan:
     """Compiles every program of one iteration of ``config`` (validated) for ``target`` (``only``:
     the programs of these names, e.g. ``{"critic_step", "rollout"}``)."""
@@ -353,80 +326,3 @@ def not_fitting_line(plan: Plan) -> str | None:
                 f"or train LoRA adapters (config.model.lora.rank)")
     return (f"error: {p.name} needs {size_text(p.peak_bytes)} per chip on {plan.target}, which has "
             f"{size_text(plan.hbm_bytes)}: {SAMPLER_ADVICE if sampler else LEARNER_ADVICE}")
-
-
-_TARGET = flags.DEFINE_string("target", "local", "The accelerator: a TPU type as gcloud names it (v5litepod-8, "
-                              "v4-32, v5p-8, v6e-8, ...) or local (this machine's devices).")
-_JSON = flags.DEFINE_string("json", None, "Also write the plan as JSON to this path.")
-
-
-def main(argv: list[str]) -> None:
-    del argv
-    logging.getLogger("absl").setLevel(logging.WARNING)
-    try:
-        config = cli._CONFIG.value
-        config.keys()
-        validate(config, weights=False)
-        target = targets.get(_TARGET.value)
-        if _JSON.value:
-            check_json_path(Path(_JSON.value).expanduser())
-    except (OSError, ConfigError, targets.TargetError) as e:
-        sys.exit(f"error: {cli._last_line(e)}")
-    if target.is_tpu and not xla_bridge.backends_are_initialized():
-        # Compiling for a slice needs no local accelerator: on a TPU VM of a pod slice, a local TPU
-        # backend would wait for the other hosts. This process computes nothing on its own devices.
-        jax.config.update("jax_platforms", "cpu")
-    try:
-        preflight.check_mesh(config.mesh, len(target.devices()))
-    except ConfigError as e:
-        sys.exit(f"error: {e} (on {target.name})")
-    with tempfile.TemporaryDirectory() as workdir:  # tiny models are built here (nothing else is written)
-        try:
-            plan = plan_run(config, target, Path(workdir), config_name=flags.FLAGS["config"].serialize().split("=", 1)[-1])
-        except ConfigError as e:
-            sys.exit(f"error: {e}")
-    print(table(plan))
-    if _JSON.value:
-        Path(_JSON.value).write_text(json.dumps(dataclasses.asdict(plan), indent=2) + "\n")
-    line = not_fitting_line(plan)
-    if line:
-        sys.exit(line)
-
-
-def check_json_path(path: Path) -> None:
-    """``--json`` names a file that can be written (checked before minutes of compiling)."""
-    if path.is_dir():
-        raise ConfigError(f"--json: {path} is a directory; give a file path, e.g. --json={path / 'plan.json'}")
-    if not path.parent.is_dir():
-        raise ConfigError(f"--json: {path.parent} is not a directory")
-    if not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ConfigError(f"--json: {path} cannot be written")
-
-
-USAGE = ("usage: python -m archer_jax.plan --config=configs/FILE.py[:PRESET] --target=SLICE [--json=PATH] "
-         "[--config.KEY=VALUE ...]")
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-    """The train command's flag parsing (one-line errors, config keys), with this command's ``--help``."""
-    if any(arg in cli.HELP_FLAGS for arg in argv[1:]):
-        lines = [USAGE, "", __doc__.split("\n\n")[0].replace("\n", " "), "", "Flags:",
-                 f"  --config    {flags.FLAGS['config'].help}"]
-        lines += [f"  --{f.name:<9} {flags.FLAGS[f.name].help}" for f in (_TARGET, _JSON)]
-        lines += ["", f"Targets: {', '.join(targets.names())}.",
-                  "Config keys (--config.KEY=VALUE): as for python -m archer_jax.train --help."]
-        sys.stdout.write("\n".join(lines) + "\n")
-        sys.exit(0)
-    return cli.parse_flags(argv)
-
-
-def run() -> None:
-    """The entry point (``python -m archer_jax.plan``)."""
-    set_default_flags()
-    quiet_tpu_probe()
-    flags.mark_flag_as_required("config")
-    app.run(main, flags_parser=parse_flags)
-
-
-if __name__ == "__main__":
-    run()

@@ -1,6 +1,6 @@
 """The accelerators a run can be planned for: TPU slices by their gcloud names, and this machine.
 
-    target = targets.get("v5litepod-8")     # 8 v5e chips on one host
+    target = slices.get("v5litepod-8")     # 8 v5e chips on one host
     devices = target.devices()              # the slice's devices, on any host (libtpu's compiler)
     target.chip.hbm_bytes, target.chip.peak_flops, target.chip.hbm_bandwidth
 
