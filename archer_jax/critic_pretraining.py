@@ -34,7 +34,7 @@ from archer_jax import sharding as shd
 from archer_jax.errors import TrainingError
 from archer_jax.learners import train_state
 from archer_jax.learners.masked_lm import MaskedLM, MLMBatch, mask_tokens, mlm_step
-from archer_jax.learners.programs import compile_step
+from archer_jax.learners.step_program import compile_step
 from archer_jax.learners.train_state import TrainState
 from archer_jax.models.tokenizer import Tokens, next_power_of_two, token_rows
 from archer_jax.precision import traced_with

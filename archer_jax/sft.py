@@ -26,7 +26,7 @@ from archer_jax.envs.experts import EXPERTS
 from archer_jax.envs.pool import EnvPool
 from archer_jax.errors import ConfigError
 from archer_jax.input_pipeline import InputPipeline
-from archer_jax.learners.micro_batching import StepProgram
+from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.train_state import TrainState
 
 

@@ -26,7 +26,7 @@ import optax
 
 from archer_jax.learners import bc, train_state
 from archer_jax.learners.learner_config import LearnerConfig
-from archer_jax.learners.micro_batching import StepProgram
+from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.train_state import States, TrainState
 from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.replay import ReplayBuffer

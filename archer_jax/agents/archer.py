@@ -19,7 +19,7 @@ from archer_jax.parts import ACTOR, CRITIC
 from archer_jax.learners import archer
 from archer_jax.learners.critic import with_initial_value
 from archer_jax.learners.learner_config import LearnerConfig, loss_options
-from archer_jax.learners.micro_batching import StepProgram
+from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.train_state import States
 from archer_jax.replay import ReplayBuffer

@@ -22,7 +22,7 @@ from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.data.offline_replay import OfflineReplay, open_dataset
 from archer_jax.learners import offline_archer
 from archer_jax.learners.learner_config import LearnerConfig
-from archer_jax.learners.micro_batching import StepProgram
+from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.offline_archer import IQLConfig
 from archer_jax.learners.train_state import States

@@ -30,7 +30,7 @@ from archer_jax.agents.agent import NetworkSpec, config_of, group, timed
 from archer_jax.learners import ppo_estimators, train_state
 from archer_jax.learners.archer import utterance_advantage, utterance_q
 from archer_jax.learners.batches import MIN_BUCKET
-from archer_jax.learners.micro_batching import StepProgram
+from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.ppo import PPOBatch, PPOConfig, ppo_step, token_stats
 from archer_jax.learners.train_state import States, TrainState

@@ -27,8 +27,8 @@ from archer_jax.learners import train_state
 from archer_jax.learners.actor import Actor
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import DoubleCritic
-from archer_jax.learners.micro_batching import AUTO, StepProgram
-from archer_jax.learners.programs import abstract, compile_step, is_abstract
+from archer_jax.learners.micro_batching import AUTO
+from archer_jax.learners.step_program import StepProgram, abstract, compile_step, is_abstract
 from archer_jax.learners.train_state import TrainState
 from archer_jax.models.tokenizer import Tokens
 from archer_jax.precision import traced_with
@@ -116,7 +116,7 @@ class Networks:
 
     def compile_step(self, step, state_shardings: TrainState, *inputs, limit: int | None | str = "networks") -> StepProgram:
         """``step(state, *inputs)`` on this mesh with these micro-batch settings
-        (:func:`archer_jax.learners.programs.compile_step`; ``limit``: another micro-batch limit)."""
+        (:func:`archer_jax.learners.step_program.compile_step`; ``limit``: another micro-batch limit)."""
         return compile_step(step, state_shardings, *inputs, mesh=self.mesh, micro_batch_size=self.micro_batch_size,
                             limit=self.micro_batch_limit if limit == "networks" else limit)
 

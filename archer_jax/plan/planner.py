@@ -21,9 +21,10 @@ from flax import nnx
 from archer_jax import agents
 from archer_jax.envs import oracle_formats
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
-from archer_jax.learners.micro_batching import StepProgram, program_bytes, size_text
+from archer_jax.learners.micro_batching import program_bytes, size_text
+from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.ppo import PPOBatch
-from archer_jax.learners.programs import abstract
+from archer_jax.learners.step_program import abstract
 from archer_jax.model_oracle import DEFAULT_T5_BASE
 from archer_jax.models.t5 import generate as t5_generate
 from archer_jax.models.tokenizer import Tokens, next_power_of_two

@@ -37,7 +37,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from archer_jax import sharding as shd
-from archer_jax.learners.programs import abstract, is_abstract
+from archer_jax.learners.step_program import abstract, is_abstract
 from archer_jax.models.attention import KVCache
 from archer_jax.models import token_distribution
 from archer_jax.models.causal_lm import CausalLMConfig, init_cache

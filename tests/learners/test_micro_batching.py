@@ -8,7 +8,7 @@ import pytest
 
 from archer_jax import learners
 from archer_jax.errors import TrainingError
-from archer_jax.learners import micro_batching
+from archer_jax.learners import micro_batching, step_program
 from archer_jax.learners.micro_batching import candidate_sizes, parse_micro_batch_size, program_bytes
 from archer_jax.agents.steps import Steps
 from tests.learners.conftest import actor_batch, critic_batch, make_modules
@@ -81,7 +81,7 @@ def test_auto_takes_the_largest_micro_batch_that_fits(tiny_dirs, tokenizers, mon
     assert need[16] > need[8] > need[1] > 0  # activations grow with the micro-batch
 
     def auto_with(free: float):
-        monkeypatch.setattr(micro_batching, "device_free_bytes", lambda devices: int(free))
+        monkeypatch.setattr(step_program, "device_free_bytes", lambda devices: int(free))
         auto = Steps(*make_modules(tiny_dirs), learners.LearnerConfig(micro_batch_size="auto"))
         return auto, auto.init_actor()
 
@@ -95,15 +95,15 @@ def test_auto_takes_the_largest_micro_batch_that_fits(tiny_dirs, tokenizers, mon
     assert float(metrics["loss"]) == float(reference_metrics["loss"])
 
     # A GPU's or TPU's own limit refuses a step whose smallest micro-batch does not fit ...
-    monkeypatch.setattr(micro_batching, "shares_host_memory", lambda devices: False)
+    monkeypatch.setattr(step_program, "shares_host_memory", lambda devices: False)
     auto, fresh = auto_with(need[1] / 2)
     with pytest.raises(TrainingError, match=r"^bc_step: micro-batches of 1 transitions \(lengths .*\) need [0-9.]+ MiB "
                                             r"per device, [0-9.]+ MiB free: set config.model.remat"):
         auto.bc_step(fresh, batch)
     # ... while CPU devices, whose free memory is the host's moment-to-moment reading, run the smallest.
-    monkeypatch.setattr(micro_batching, "shares_host_memory", lambda devices: True)
+    monkeypatch.setattr(step_program, "shares_host_memory", lambda devices: True)
     auto, fresh = auto_with(need[1] / 2)
-    with caplog.at_level(logging.WARNING, logger=micro_batching.__name__):
+    with caplog.at_level(logging.WARNING, logger=step_program.__name__):
         auto.bc_step(fresh, batch)
     assert [(x.size, x.count) for x in auto.programs()["bc_step"].layouts.values()] == [(1, 16)]
     assert "bc_step: micro-batches of 1 transitions" in caplog.text and "running them anyway" in caplog.text
@@ -168,7 +168,7 @@ def test_a_size_the_compiler_refuses_for_memory_counts_as_not_fitting(monkeypatc
                                      alias_size_in_bytes=0, generated_code_size_in_bytes=0)
             return SimpleNamespace(memory_analysis=lambda: memory)
 
-    program = micro_batching.StepProgram(lambda *a, **k: None, mesh=sharding.single_device_mesh(),
+    program = step_program.StepProgram(lambda *a, **k: None, mesh=sharding.single_device_mesh(),
                                          free_bytes=lambda devices: 10 * 2**30)
     monkeypatch.setattr(program, "jitted", Program)
     batch = np.zeros((16, 4), np.float32)

@@ -13,7 +13,7 @@ from archer_jax import sharding
 from archer_jax.agents import archer as archer_agent
 from archer_jax.learners import Actor, DoubleCritic, LearnerConfig, Networks, train_state
 from archer_jax.learners.batches import ActorBatch, CriticBatch
-from archer_jax.learners.programs import abstract
+from archer_jax.learners.step_program import abstract
 from archer_jax.models.gpt2.model import GPT2LMHeadModel
 from archer_jax.models.roberta.model import RobertaModel
 from archer_jax.models.tiny import tiny_config
