@@ -23,13 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from archer_jax import sharding as shd
-from archer_jax.distributed import allgather_objects, concat_gathered, host_share
 from archer_jax.input_pipeline import InputPipeline
 from archer_jax.learners.batches import ActorBatch, actor_batch
 from archer_jax.learners.selection import chai_select
 from archer_jax.models.tokenizer import Tokens, encode, next_power_of_two, pad_rows, token_rows
-from archer_jax.precision import traced_with
+from archer_jax.runtime import sharding as shd
+from archer_jax.runtime.distributed import allgather_objects, concat_gathered, host_share
+from archer_jax.runtime.precision import traced_with
 from archer_jax.sampling import Generation, Sampler, SamplingParams
 
 
@@ -182,7 +182,7 @@ def sampled_actor_batch(
 class Acting:
     """An agent's acting rules over one sampler, with the parameters passed to every call.
 
-    With several processes (:mod:`archer_jax.distributed`) the sampler runs on this host's devices:
+    With several processes (:mod:`archer_jax.runtime.distributed`) the sampler runs on this host's devices:
     parameters are brought to them (``localize``), rollouts act on this host's games (``rows``: their
     global numbers key the samples), and the ``a_π`` of a learner batch is drawn for this host's
     share of its rows and gathered, so every host builds the same global batch.

@@ -17,8 +17,8 @@ is :class:`~archer_jax.parts_config.LoopConfig` plus each agent's own keys (its 
 :class:`~archer_jax.learners.offline_archer.IQLConfig`; ``c.ppo`` is
 :class:`~archer_jax.learners.ppo.PPOConfig`; ``c.offline`` the offline agents'
 :class:`~archer_jax.data.dataset_config.DatasetConfig`; ``c.sft`` is
-:class:`~archer_jax.sft.SFTConfig`; ``c.critic_pretrain``
-:class:`~archer_jax.critic_pretraining.CriticPretrainConfig`; ``c.mesh`` :class:`~archer_jax.sharding.MeshConfig`. The
+:class:`~archer_jax.pretraining.sft.SFTConfig`; ``c.critic_pretrain``
+:class:`~archer_jax.pretraining.critic.CriticPretrainConfig`; ``c.mesh`` :class:`~archer_jax.runtime.sharding.MeshConfig`. The
 defaults are the paper's online setting for Twenty Questions; ``docs/algorithms.md`` lists each
 key beside its name in the official code. Keys renamed since 0.1 are in :data:`RENAMED`: a config
 or command line that uses one fails with one line naming the new key. One line of documentation
@@ -43,22 +43,23 @@ import ml_collections
 
 from archer_jax import agents
 from archer_jax.config_docs import KEY_DOCS
-from archer_jax.critic_pretraining import CriticPretrainConfig
 from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.data.offline_replay import DATASET_ENVS
 from archer_jax.envs import registry as envs
 from archer_jax.errors import ConfigError
-from archer_jax.records.checkpoint import checkpoint_directory
 from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
 from archer_jax.learners.offline_archer import IQLConfig
 from archer_jax.learners.ppo import PPOConfig
 from archer_jax.models import hub
+from archer_jax.models.lora import LoRAConfig
 from archer_jax.models.tiny import CAUSAL_KINDS, PREFIXES, offline_model
-from archer_jax.parts_config import EnvConfig, LoopConfig, LoRAKeys, ModelConfig, RolloutConfig
+from archer_jax.parts_config import EnvConfig, LoopConfig, ModelConfig, RolloutConfig
+from archer_jax.pretraining.critic import CriticPretrainConfig
+from archer_jax.pretraining.sft import SFTConfig
+from archer_jax.records.checkpoint import checkpoint_directory
+from archer_jax.runtime.sharding import MeshConfig
 from archer_jax.sampling import SamplingParams
-from archer_jax.sft import SFTConfig
-from archer_jax.sharding import MeshConfig
 
 FREE_FORM = ("env.options",)  # keyword arguments for the env: checked by the env's registry entry
 # Every integer key (counts, sizes, seeds) is below this: 32-bit indices and seeds, and no run of
@@ -83,7 +84,7 @@ RENAMED = {
 # The config groups and their dataclasses, which hold their defaults and checks: (group, its
 # dataclasses, the fields that are no keys); "" is the top level (the agents add theirs).
 # validate() constructs these for every run; the offline agents' Config holds the offline group.
-GROUPS = (("", (LoopConfig,), ()), ("model", (ModelConfig,), ()), ("model.lora", (LoRAKeys,), ()),
+GROUPS = (("", (LoopConfig,), ()), ("model", (ModelConfig,), ()), ("model.lora", (LoRAConfig,), ()),
           ("env", (EnvConfig,), ()), ("learner", (LearnerConfig, IQLConfig), ("distribution",)), ("ppo", (PPOConfig,), ()),
           ("sampling", (SamplingParams,), ("greedy", "stop_strings", "stop_at_eos")), ("sft", (SFTConfig,), ()),
           ("critic_pretrain", (CriticPretrainConfig,), ()), ("mesh", (MeshConfig,), ()), ("rollout", (RolloutConfig,), ()))

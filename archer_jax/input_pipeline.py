@@ -10,7 +10,7 @@ The replay buffer keeps every transition's texts with their token rows in the po
 critic's tokenizers, so learner batches (:mod:`archer_jax.learners.batches`) only pad and lay
 out rows: :meth:`InputPipeline.critic_batch`, :meth:`~InputPipeline.policy_batch`,
 :meth:`~InputPipeline.dataset_actor_batch`, and PPO's dialogue rows
-(:meth:`~InputPipeline.dialogue_rows`, :mod:`archer_jax.dialogue_rows`). Observations are truncated from the left (the latest turns matter most); an action is
+(:meth:`~InputPipeline.dialogue_rows`, :mod:`archer_jax.learners.dialogue_rows`). Observations are truncated from the left (the latest turns matter most); an action is
 tokenized on its own with the stop string, as the sampler produced it.
 """
 
@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from archer_jax.dialogue_rows import DialogueRows
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch, actor_batch, bc_batch, critic_batch, pad
+from archer_jax.learners.dialogue_rows import DialogueRows
 from archer_jax.models.tokenizer import Tokens, action_rows, next_power_of_two, token_rows
-from archer_jax.prompts import PROMPT_FORMATS, Prompter
+from archer_jax.sampling.prompts import PROMPT_FORMATS, Prompter
 
 if TYPE_CHECKING:  # only for type hints: rollouts are played above the pipeline
     from archer_jax.rollout import Episode

@@ -20,10 +20,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from archer_jax import model_oracle, prompts
-from archer_jax import sharding as shd
+from archer_jax import model_oracle
 from archer_jax.acting import Acting
-from archer_jax.distributed import host_share
 from archer_jax.envs import registry
 from archer_jax.envs.pool import EnvPool
 from archer_jax.input_pipeline import InputPipeline
@@ -34,11 +32,13 @@ from archer_jax.learners.networks import Networks
 from archer_jax.models import load_causal_lm, load_roberta, load_tokenizer
 from archer_jax.models.lora import LoRAConfig, apply_lora
 from archer_jax.models.tiny import model_directory
-from archer_jax.parts_config import LoRAKeys
-from archer_jax.precision import compute_dtype
-from archer_jax.prompts import Prompter
-from archer_jax.sampling import Sampler, SamplingParams
 from archer_jax.records.step_metrics import StepMetrics
+from archer_jax.runtime import sharding as shd
+from archer_jax.runtime.distributed import host_share
+from archer_jax.runtime.precision import compute_dtype
+from archer_jax.sampling import Sampler, SamplingParams
+from archer_jax.sampling import prompts
+from archer_jax.sampling.prompts import Prompter
 
 # Purposes folded into the run's key, so each phase draws its own numbers.
 ROLLOUT, CRITIC, ACTOR, EVAL = range(4)
@@ -46,9 +46,7 @@ ROLLOUT, CRITIC, ACTOR, EVAL = range(4)
 
 def with_lora(c, policy) -> list:
     """The run's LoRA adapters (``config.model.lora``) on ``policy``, in place; the projections wrapped."""
-    keys = LoRAKeys(**c.model.lora)
-    lora_config = LoRAConfig(rank=keys.rank, alpha=keys.alpha, dropout=keys.dropout, targets=keys.target_names())
-    return apply_lora(policy, lora_config, rngs=nnx.Rngs(c.seed))
+    return apply_lora(policy, LoRAConfig(**c.model.lora), rngs=nnx.Rngs(c.seed))
 
 
 def prompt_length(c, policy_config) -> int:

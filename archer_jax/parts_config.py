@@ -1,6 +1,6 @@
 """The keys of a run's loop and shared parts, with their defaults and checks: the top level's
-(:class:`LoopConfig`), ``config.model`` (:class:`ModelConfig`, :class:`LoRAKeys` for
-``config.model.lora``), ``config.env`` (:class:`EnvConfig`; ``env.options`` is free-form,
+(:class:`LoopConfig`), ``config.model`` (:class:`ModelConfig`, :class:`archer_jax.models.lora.LoRAConfig`
+for ``config.model.lora``), ``config.env`` (:class:`EnvConfig`; ``env.options`` is free-form,
 checked by the env's registry entry) and ``config.rollout`` (:class:`RolloutConfig`).
 
 Each ``__post_init__`` raises ValueError naming its key; :func:`archer_jax.config.validate`
@@ -15,8 +15,8 @@ import math
 
 from archer_jax.learners.critic import EMBEDDINGS
 from archer_jax.models.layers import REMAT_POLICIES
-from archer_jax.precision import DTYPES, MATMUL_PRECISIONS
-from archer_jax.prompts import PROMPT_FORMATS
+from archer_jax.runtime.precision import DTYPES, MATMUL_PRECISIONS
+from archer_jax.sampling.prompts import PROMPT_FORMATS
 
 
 def _choice(config, name: str, allowed) -> None:
@@ -92,7 +92,7 @@ class ModelConfig:
     # a large FSDP-sharded policy then needs no parameter gathers).
     critic_sharding: str = "mesh"
     dtype: str = "auto"  # compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32 | bfloat16
-    matmul_precision: str = "default"  # float32 matmuls: default | high | highest (archer_jax/precision.py)
+    matmul_precision: str = "default"  # float32 matmuls: default | high | highest (archer_jax/runtime/precision.py)
     # Activation checkpointing in training passes, per transformer block: none | dots (keep the
     # matmul outputs, recompute the rest) | full (keep each block's input only).
     remat: str = "none"
@@ -102,7 +102,7 @@ class ModelConfig:
     # whose trained adapters stay float32 master copies).
     param_dtype: str = "float32"
     # How observations become the policy's prompts and its utterances the env's actions
-    # (archer_jax/prompts.py): plain (the dialogue itself) | mistral_20q (the official archer_llm's).
+    # (archer_jax/sampling/prompts.py): plain (the dialogue itself) | mistral_20q (the official archer_llm's).
     prompt_format: str = "plain"
 
     def __post_init__(self):
@@ -115,31 +115,6 @@ class ModelConfig:
         _choice(self, "critic_sharding", ("mesh", "replicated"))
         _choice(self, "prompt_format", tuple(PROMPT_FORMATS))
         _at_least(self, "max_prompt_length", "max_critic_length")
-
-
-@dataclasses.dataclass(frozen=True)
-class LoRAKeys:
-    """``config.model.lora``: LoRA on the policy (archer_jax/models/lora.py); rank 0 = off (every weight trains)."""
-
-    rank: int = 0
-    alpha: float = 32.0
-    dropout: float = 0.0
-    targets: str = "q_proj,k_proj,v_proj,o_proj"  # comma-separated projection names
-
-    def __post_init__(self):
-        if self.rank < 0:
-            raise ValueError(f"rank: must be >= 0 (0 = off), got {self.rank}")
-        if not self.rank:
-            return
-        if not (math.isfinite(self.alpha) and self.alpha > 0):
-            raise ValueError(f"alpha: must be > 0, got {self.alpha}")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout: must be in [0, 1), got {self.dropout}")
-        if not self.target_names():
-            raise ValueError("targets: name at least one projection (e.g. q_proj,v_proj)")
-
-    def target_names(self) -> tuple[str, ...]:
-        return tuple(t.strip() for t in self.targets.split(",") if t.strip())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,12 +30,12 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from archer_jax.distributed import concat_gathered, host_share
 from archer_jax.envs.pool import EnvPool
 from archer_jax.learners.train_state import States
 from archer_jax.parts import EVAL, ROLLOUT, Parts
-from archer_jax.replay import ReplayBuffer
 from archer_jax.records.progress import progress_bar
+from archer_jax.replay import ReplayBuffer
+from archer_jax.runtime.distributed import concat_gathered, host_share
 from archer_jax.sampling.decoding import row_keys
 
 Act = Callable[[list[str], "int | list[int]", list[int]], Sequence[str | None]]
@@ -190,7 +190,7 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
 def _play(parts: Parts, act: AgentAct, states: States, seeds: Sequence[int], key, greedy: bool, label: str,
           split: str = "train", cancel: threading.Event | None = None) -> list[Episode]:
     """Plays ``seeds`` on ``split``'s tasks (this host its share,
-    :func:`archer_jax.distributed.host_share`); every host returns all the episodes, in the order
+    :func:`archer_jax.runtime.distributed.host_share`); every host returns all the episodes, in the order
     of ``seeds``. Dialogue ``g`` samples with keys folded with ``g``, whichever host plays it."""
     share = host_share(len(seeds))
     slots = parts.config.rollout.slots

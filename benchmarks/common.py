@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from archer_jax import xla_flags
+from archer_jax.runtime import xla_flags
 
 xla_flags.set_default_flags()  # as the train app does, before JAX starts a backend
 xla_flags.quiet_tpu_probe()

@@ -29,7 +29,7 @@ SFT_STEPS = 2
 
 def child(config_arg: str, workdir: str, cache_dir: str) -> dict:
     """In the subprocess: one iteration of the train app, with every compilation recorded."""
-    from archer_jax import xla_flags
+    from archer_jax.runtime import xla_flags
 
     xla_flags.set_default_flags()
     import jax

@@ -38,10 +38,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from archer_jax import learners, models
 from archer_jax.agents.steps import Steps
-from archer_jax import learners, models, sharding
 from archer_jax.learners import micro_batching
 from archer_jax.models import tiny
+from archer_jax.runtime import sharding
 from archer_jax.sampling import Sampler, SamplingParams
 from common import RESULTS, decode_floor_s, machine, peak_bandwidth, peak_flops, print_table, write_result
 from workload import Data, Workload, make_data, phase_times, step_flops, to_critic_ids, workloads

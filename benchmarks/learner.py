@@ -26,9 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from archer_jax import learners, models
 from archer_jax.agents.steps import Steps
-from archer_jax import learners, models, sharding
 from archer_jax.models import tiny
+from archer_jax.runtime import sharding
 from common import RESULTS, machine, print_table, time_call, write_result
 
 

@@ -66,12 +66,12 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from archer_jax.agents.steps import Steps  # noqa: E402
 from archer_jax import learners, models  # noqa: E402
-from archer_jax.plan import memory as memory_plan  # noqa: E402
-from archer_jax import sharding as shd  # noqa: E402
+from archer_jax.agents.steps import Steps  # noqa: E402
 from archer_jax.models.llama.model import LlamaForCausalLM, MistralConfig  # noqa: E402
 from archer_jax.models.lora import LoRAConfig, apply_lora  # noqa: E402
+from archer_jax.plan import memory as memory_plan  # noqa: E402
+from archer_jax.runtime import sharding as shd  # noqa: E402
 from archer_jax.sampling.decoding import Decoder, SamplingParams  # noqa: E402
 from common import RESULTS, machine, peak_bandwidth, portable, print_table, time_call, write_result  # noqa: E402
 
@@ -299,7 +299,7 @@ def bench_reference(args, data: Data, device: str) -> tuple[list[dict], dict]:
                                                              **{dtype_kw: getattr(torch, args.param_dtype)})
     lora = lora_config(args)
     model = peft.get_peft_model(base, peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=0.0,
-                                                      target_modules=list(lora.targets), task_type="CAUSAL_LM"))
+                                                      target_modules=list(lora.target_names()), task_type="CAUSAL_LM"))
     # Dropout off, as in ours (and its train mode keeps the gradient checkpointing on).
     critic = DoubleCritic(transformers.RobertaConfig(**critic_config(args).to_hf_dict(), hidden_dropout_prob=0.0,
                                                      attention_probs_dropout_prob=0.0)).to(device)

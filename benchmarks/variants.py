@@ -30,8 +30,8 @@ import jax
 
 from archer_jax import models
 from archer_jax.models import layers, tiny
+from archer_jax.runtime.xla_flags import DECODE_CPU_OPTIONS
 from archer_jax.sampling import decoding
-from archer_jax.xla_flags import DECODE_CPU_OPTIONS
 from common import RESULTS, machine, print_table, write_result
 from iteration import JaxArcher
 from workload import make_data, workloads

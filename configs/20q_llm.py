@@ -10,7 +10,7 @@ on the 10-object subset of Twenty Questions. The base weights load in bfloat16, 
 (FSDP by default), and the adapters train in float32.
 
 Prompts are the official agent's instruction (``model.prompt_format="mistral_20q"``,
-archer_jax/prompts.py) in the tokenizer's chat template; the env gets the question of the policy's
+archer_jax/sampling/prompts.py) in the tokenizer's chat template; the env gets the question of the policy's
 JSON answer, decoded as the official code does. The 20Q oracle is the embedded one; the official
 T5 oracle is ``--config.env.options.oracle=t5:DIR`` (README, "Environments").
 

@@ -14,7 +14,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
 # archer_jax's default XLA flags, as the train app sets them (importing archer_jax does not).
-from archer_jax import xla_flags  # noqa: E402
+from archer_jax.runtime import xla_flags  # noqa: E402
 
 xla_flags.set_default_flags()
 xla_flags.quiet_tpu_probe()  # with libtpu installed (the test extra), no TPU backend probe here

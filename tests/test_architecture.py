@@ -16,16 +16,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "archer_jax"
 # The top floor: the run (its loop, warm starts, command line and checks) and the commands.
 TOP_FLOOR = ("run", "train", "trained", "evaluate", "play", "plan")
 LAYERS = [
-    ("archer_jax", "errors", "xla_flags", "sharding", "precision", "distributed", "hub_names"),
+    ("archer_jax", "errors", "runtime"),
     ("models",),
-    ("envs", "learners", "sampling", "replay", "input_pipeline", "dialogue_rows", "prompts", "data",
-     "records"),
-    ("acting", "parts", "parts_config", "rollout", "sft", "sft_cache", "critic_pretraining", "model_oracle"),
+    ("envs", "learners", "sampling", "replay", "input_pipeline", "data", "records"),
+    ("acting", "parts", "parts_config", "rollout", "pretraining", "model_oracle"),
     ("agents",),
     ("config", "config_docs", "import_official"),
     TOP_FLOOR,
 ]
 MAX_CLASS_LINES = 150
+MAX_TOP_LEVEL_MODULES = 15  # flat modules beside the packages, __init__ not counted
 # Function-local imports of archer_jax modules that stay, as (file under archer_jax/, module): each
 # keeps an optional dependency off the import path or breaks an import cycle, and says so in a
 # comment on its line or above its block of imports.
@@ -210,6 +210,26 @@ def test_classes_are_short(path):
     long = [f"{node.name}: {node.end_lineno - node.lineno + 1} lines" for node in ast.walk(ast.parse(path.read_text()))
             if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES]
     assert not long, long
+
+
+def top_level_modules(package: Path) -> list[str]:
+    """The flat modules of ``package`` (not its packages, not ``__init__``)."""
+    return sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__")
+
+
+def test_few_modules_sit_at_the_top_level():
+    """Modules that belong together sit in a package named for what they share; the top level keeps
+    the few a reader starts from (the commands, the config, the parts, the play loop)."""
+    flat = top_level_modules(PACKAGE)
+    assert len(flat) <= MAX_TOP_LEVEL_MODULES, f"{len(flat)} top-level modules: {flat}"
+
+
+def test_the_top_level_count_can_fail(tmp_path):
+    for name in ["__init__", *(f"m{i}" for i in range(MAX_TOP_LEVEL_MODULES + 1))]:
+        (tmp_path / f"{name}.py").write_text("")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "inner.py").write_text("")
+    assert len(top_level_modules(tmp_path)) == MAX_TOP_LEVEL_MODULES + 1
 
 
 def test_the_layering_check_catches_an_upward_import(tmp_path):

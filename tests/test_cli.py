@@ -17,10 +17,12 @@ from pathlib import Path
 import jax
 import pytest
 
-from archer_jax import config as config_lib, sft, xla_flags
-from archer_jax.run import loop as train
+from archer_jax import config as config_lib
 from archer_jax.errors import ConfigError
+from archer_jax.pretraining import sft
 from archer_jax.run import cli, preflight
+from archer_jax.run import loop as train
+from archer_jax.runtime import xla_flags
 from tests.train.test_train_app import CONFIG, micro
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -580,7 +582,7 @@ def test_a_process_whose_peers_never_come_says_what_it_waits_for_and_ends_in_one
 
 
 def test_the_start_timeout_is_checked():
-    from archer_jax import distributed
+    from archer_jax.runtime import distributed
 
     with pytest.raises(distributed.DistributedError, match=r"^ARCHER_JAX_START_TIMEOUT: must be a whole number of "
                                                            r"seconds, got 'soon'$"):

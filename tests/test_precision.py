@@ -9,11 +9,12 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from archer_jax import acting, precision
-from archer_jax.train import build_agent
+from archer_jax import acting
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.models.tokenizer import Tokens
+from archer_jax.runtime import precision
 from archer_jax.sampling import SamplingParams
+from archer_jax.train import build_agent
 from tests.train.test_train_app import micro
 
 

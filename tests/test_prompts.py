@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from archer_jax import models, prompts
+from archer_jax import models
 from archer_jax.input_pipeline import InputPipeline
 from archer_jax.models import tiny
+from archer_jax.sampling import prompts
 
 
 @pytest.fixture(scope="module")

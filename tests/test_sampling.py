@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from archer_jax import models, sharding
+from archer_jax import models
 from archer_jax.models import tiny
+from archer_jax.runtime import sharding
 from archer_jax.sampling import Sampler, SamplingParams, stop_token_table
 from archer_jax.sampling.decoding import row_keys
 from tests import hf_reference as ref

@@ -1,4 +1,4 @@
-"""archer_jax.sft_cache: what its key depends on, a store-and-load round trip that keeps every
+"""archer_jax.pretraining.sft_cache: what its key depends on, a store-and-load round trip that keeps every
 dtype and placement, and damaged entries as one-line errors naming them. (That a run taking an
 entry equals one that trained it is the train app's slow test.)"""
 
@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from archer_jax import sft_cache
 from archer_jax.errors import ConfigError
+from archer_jax.pretraining import sft_cache
 
 SETTINGS = dict(sft=dict(steps=4, lr=1e-3, batch_size=8, seed=0), limit=None)
 PAIRS = (["Questions:\n", "Questions:\nIs it an animal? No.\n"], ["Is it an animal?", "Is it a pen?"])

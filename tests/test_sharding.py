@@ -6,8 +6,9 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from archer_jax import models, sharding
+from archer_jax import models
 from archer_jax.models import tiny
+from archer_jax.runtime import sharding
 
 needs_8 = pytest.mark.skipif(
     jax.device_count() < 8, reason="needs 8 devices: XLA_FLAGS=--xla_force_host_platform_device_count=8"

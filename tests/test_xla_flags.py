@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from archer_jax import xla_flags
+from archer_jax.runtime import xla_flags
 
 
 def test_the_flag_is_added_to_other_flags():
@@ -49,7 +49,7 @@ def test_no_tpu_backend_is_started_where_no_tpu_is_attached():
     # warnings to stderr at every start on a machine without a TPU.
     if xla_flags.tpu_attached():
         pytest.skip("a TPU is attached to this machine")
-    code = "from archer_jax import xla_flags; xla_flags.quiet_tpu_probe(); import jax; print(jax.devices()[0].platform)"
+    code = "from archer_jax.runtime import xla_flags; xla_flags.quiet_tpu_probe(); import jax; print(jax.devices()[0].platform)"
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]

@@ -24,20 +24,20 @@ from typing import ClassVar
 import jax
 import numpy as np
 
-from archer_jax import sharding as shd
 from archer_jax.agents import archer
 from archer_jax.agents.agent import NetworkSpec, config_of, group, timed
 from archer_jax.learners import ppo_estimators, train_state
 from archer_jax.learners.archer import utterance_advantage, utterance_q
 from archer_jax.learners.batches import MIN_BUCKET
-from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.ppo import PPOBatch, PPOConfig, ppo_step, token_stats
+from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.train_state import States, TrainState
 from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import Tokens, next_power_of_two
 from archer_jax.parts_config import RolloutConfig
 from archer_jax.replay import ReplayBuffer
+from archer_jax.runtime import sharding as shd
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from archer_jax import distributed
 from archer_jax.data import dialogues, generate
 from archer_jax.envs.twenty_questions import SUBSET
 from archer_jax.errors import ConfigError
+from archer_jax.runtime import distributed
 
 log = logging.getLogger("archer_jax")
 

@@ -28,7 +28,7 @@ from archer_jax.envs.twenty_questions import SUBSET, TwentyQuestions, TwentyQues
 from archer_jax.envs.webshop import DEFAULT_URL, WebShop
 from archer_jax.envs.webshop_goals import EVAL_GOALS, TRAIN_GOALS, GoalRanges, goal_range
 from archer_jax.errors import ConfigError
-from archer_jax.hub_names import is_cached, is_offline, looks_like_path
+from archer_jax.runtime.hub_names import is_cached, is_offline, looks_like_path
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@
                                     networks.critic_shardings(tx), critic_batch_shardings(networks))
 
 Parameters, target and optimizer moments are sharded by their logical axes
-(:mod:`archer_jax.sharding`); batch arrays ``[batch, ...]`` are split on the batch axis over the
+(:mod:`archer_jax.runtime.sharding`); batch arrays ``[batch, ...]`` are split on the batch axis over the
 mesh's ``data``/``fsdp`` axes. Each algorithm (:mod:`archer_jax.agents`) picks its optimizers and
 compiles the steps it needs with :meth:`Networks.compile_step`; states passed to a step are
 donated: use the returned state.
@@ -22,7 +22,6 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from archer_jax import sharding as shd
 from archer_jax.learners import train_state
 from archer_jax.learners.actor import Actor
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
@@ -31,7 +30,8 @@ from archer_jax.learners.micro_batching import AUTO
 from archer_jax.learners.step_program import StepProgram, abstract, compile_step, is_abstract
 from archer_jax.learners.train_state import TrainState
 from archer_jax.models.tokenizer import Tokens
-from archer_jax.precision import traced_with
+from archer_jax.runtime import sharding as shd
+from archer_jax.runtime.precision import traced_with
 
 
 def _host_values(params: nnx.State) -> nnx.State:

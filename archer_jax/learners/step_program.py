@@ -22,12 +22,12 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from archer_jax import sharding as shd
 from archer_jax.errors import ConfigError, TrainingError
+from archer_jax.runtime import sharding as shd
 from archer_jax.learners.micro_batching import (AUTO, HEADROOM, Layout, candidate_sizes, device_free_bytes, exhausted_bytes,
                                                 out_of_memory, parse_micro_batch_size, program_bytes, shares_host_memory,
                                                 size_text)
-from archer_jax.precision import program_name
+from archer_jax.runtime.precision import program_name
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from archer_jax import sharding as shd
+from archer_jax.runtime import sharding as shd
 
 Array = jax.Array
 

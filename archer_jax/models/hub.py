@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from archer_jax.hub_names import CONFIG, is_offline, looks_like_path
+from archer_jax.runtime.hub_names import CONFIG, is_offline, looks_like_path
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"

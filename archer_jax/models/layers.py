@@ -1,7 +1,7 @@
 """Parameterised layers shared by the models, each parameter tagged with logical axis names.
 
 Logical names (``vocab``, ``embed``, ``heads``, ``kv``, ``mlp``, ``positions``) are metadata
-only: ``archer_jax.sharding`` maps them onto mesh axes. Variables are created unsharded
+only: ``archer_jax.runtime.sharding`` maps them onto mesh axes. Variables are created unsharded
 (``eager_sharding=False``) so a model can be built with or without a mesh.
 """
 

@@ -56,26 +56,36 @@ matrices (``nnx.split(model, trainable_filter, ...)``); the base weights stay fr
 
 @dataclasses.dataclass(frozen=True)
 class LoRAConfig:
-    """Adapter rank, ``alpha`` (the update is scaled by ``alpha / rank``), PEFT's ``lora_dropout``
-    and the targeted modules (PEFT ``target_modules`` names, e.g. ``q_proj``)."""
+    """Adapter rank (0 = no adapters: every weight trains), ``alpha`` (the update is scaled by
+    ``alpha / rank``), PEFT's ``lora_dropout`` and the targeted modules (PEFT ``target_modules``
+    names, e.g. ``q_proj``), as a sequence or one comma-separated string (``config.model.lora``).
 
-    rank: int = 16
+    ``targets`` is kept in its comma-separated form, so a config and a model's adapters compare
+    equal whichever form they were given in; :meth:`target_names` is the tuple.
+    """
+
+    rank: int = 0
     alpha: float = 32.0
     dropout: float = 0.0
-    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    targets: str | tuple[str, ...] = "q_proj,k_proj,v_proj,o_proj"
 
     def __post_init__(self):
-        if isinstance(self.targets, str):
-            raise ValueError(f"targets must be a sequence of module names, not the string {self.targets!r}")
-        object.__setattr__(self, "targets", tuple(self.targets))
-        if not isinstance(self.rank, int) or self.rank < 1:
-            raise ValueError(f"rank must be an integer >= 1, got {self.rank!r}")
-        if not self.alpha > 0:
-            raise ValueError(f"alpha must be > 0, got {self.alpha!r}")
+        names = self.targets.split(",") if isinstance(self.targets, str) else list(self.targets)
+        object.__setattr__(self, "targets", ",".join(n.strip() for n in names if n.strip()))
+        if not isinstance(self.rank, int) or self.rank < 0:
+            raise ValueError(f"rank: must be >= 0 (an integer; 0 = off), got {self.rank!r}")
+        if not self.rank:
+            return
+        if not (math.isfinite(self.alpha) and self.alpha > 0):
+            raise ValueError(f"alpha: must be > 0, got {self.alpha!r}")
         if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+            raise ValueError(f"dropout: must be in [0, 1), got {self.dropout!r}")
         if not self.targets:
-            raise ValueError("targets must name at least one module (e.g. q_proj)")
+            raise ValueError("targets: name at least one projection (e.g. q_proj,v_proj)")
+
+    def target_names(self) -> tuple[str, ...]:
+        """The targeted module names, in order."""
+        return tuple(self.targets.split(",")) if self.targets else ()
 
     @property
     def scale(self) -> float:
@@ -201,11 +211,11 @@ def lora_config(model: nnx.Module) -> LoRAConfig | None:
 def _targeted(model: nnx.Module, config: LoRAConfig) -> dict[str, ParamPath]:
     """``{HF module name: our path}`` of the layers ``config.targets`` names, or a ValueError."""
     available = _dense_modules(model)
-    for target in config.targets:
+    for target in config.target_names():
         if not any(_last(name) == target for name in available):
             names = ", ".join(dict.fromkeys(_last(name) for name in available))
             raise ValueError(f"LoRA target {target!r} matches no layer; available: {names}")
-    out = {name: path for name, path in available.items() if _last(name) in config.targets}
+    out = {name: path for name, path in available.items() if _last(name) in config.target_names()}
     for name, path in out.items():
         layer = _node(model, path)
         if not isinstance(layer, (nnx.LinearGeneral, LoRADense)):
@@ -219,6 +229,8 @@ def apply_lora(model: nnx.Module, config: LoRAConfig, *, rngs: nnx.Rngs) -> list
     Returns the HF module names wrapped (``model.layers.0.self_attn.q_proj``, ...). Raises a
     ValueError naming a target that matches no layer, or when the model already has adapters.
     """
+    if not config.rank:
+        raise ValueError("rank: 0 means no adapters; give apply_lora a rank >= 1")
     if lora_modules(model):
         raise ValueError("the model already has LoRA adapters; apply_lora once (or merged_copy it first)")
     targeted = _targeted(model, config)
@@ -227,7 +239,7 @@ def apply_lora(model: nnx.Module, config: LoRAConfig, *, rngs: nnx.Rngs) -> list
         layer = LoRADense(_node(model, path), rank=config.rank, alpha=config.alpha, dropout=config.dropout, rngs=rngs,
                           dropout_rngs=dropout_rngs)
         _replace(model, path, layer)
-    log.info("LoRA rank %d on %d layers (%s)", config.rank, len(targeted), ", ".join(config.targets))
+    log.info("LoRA rank %d on %d layers (%s)", config.rank, len(targeted), ", ".join(config.target_names()))
     return list(targeted)
 
 
@@ -256,7 +268,7 @@ def save_peft(model: nnx.Module, directory: str | os.PathLike, *, base_model_nam
         tensors[f"{PEFT_PREFIX}{name}.lora_B.weight"] = np.ascontiguousarray(b.reshape(config.rank, -1).T)
     peft_config = {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": config.rank, "lora_alpha": config.alpha,
-        "lora_dropout": config.dropout, "target_modules": list(config.targets), "bias": "none",
+        "lora_dropout": config.dropout, "target_modules": list(config.target_names()), "bias": "none",
         "fan_in_fan_out": False, "inference_mode": True, "base_model_name_or_path": base_model_name_or_path,
         "init_lora_weights": True, "modules_to_save": None, "use_rslora": False, "use_dora": False,
         "layers_to_transform": None, "layers_pattern": None, "rank_pattern": {}, "alpha_pattern": {},
@@ -310,8 +322,8 @@ def load_peft(model: nnx.Module, directory: str | os.PathLike, *, rngs: nnx.Rngs
     directory = Path(directory).expanduser()
     config = _read_peft_config(directory / ADAPTER_CONFIG)
     current = lora_config(model)
-    if current is not None and (current.rank, current.alpha, current.dropout, set(current.targets)) != (
-            config.rank, config.alpha, config.dropout, set(config.targets)):
+    if current is not None and (current.rank, current.alpha, current.dropout, set(current.target_names())) != (
+            config.rank, config.alpha, config.dropout, set(config.target_names())):
         raise ModelLoadError(f"{directory} holds adapters {config}, but the model has {current}")
     file = directory / ADAPTER_WEIGHTS
     if not file.is_file():

@@ -16,19 +16,19 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from archer_jax import sharding as shd
 from archer_jax.models import hub
 from archer_jax.models.config import HFConfig
 from archer_jax.models.gpt2 import model as gpt2_model
 from archer_jax.models.gpt2 import weights as gpt2_weights
+from archer_jax.models.layers import DType
 from archer_jax.models.llama import model as llama_model
 from archer_jax.models.llama import weights as llama_weights
-from archer_jax.models.layers import DType
 from archer_jax.models.roberta import model as roberta_model
 from archer_jax.models.roberta import weights as roberta_weights
 from archer_jax.models.t5 import model as t5_model
 from archer_jax.models.t5 import weights as t5_weights
 from archer_jax.models.weight_rules import MappingError, check_names, convert, ours_to_hf
+from archer_jax.runtime import sharding as shd
 
 log = logging.getLogger(__name__)
 

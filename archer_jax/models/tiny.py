@@ -25,7 +25,7 @@ KINDS = ("gpt2", "llama", "roberta", "t5")
 CAUSAL_KINDS = ("gpt2", "llama")  # tiny policies
 TINY_PREFIX = "tiny:"  # a config's "tiny:gpt2" / "tiny:llama" / "tiny:roberta": built offline by build_tiny
 # The tiny Llama's chat template: Mistral-Instruct's format ("[INST] ... [/INST]"), so that the
-# chat-template path of the prompts (archer_jax.prompts) runs offline as it does for a 7B model.
+# chat-template path of the prompts (archer_jax.sampling.prompts) runs offline as it does for a 7B model.
 TINY_CHAT_TEMPLATE = (
     "{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
     "{% else %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}"

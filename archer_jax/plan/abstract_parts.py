@@ -22,13 +22,13 @@ import numpy as np
 from flax import nnx
 
 from archer_jax import parts as run_parts
-from archer_jax import sharding as shd
 from archer_jax.errors import ConfigError
 from archer_jax.models import hub
 from archer_jax.models.pretrained import ARCHITECTURES, CAUSAL_LM_TYPES
 from archer_jax.models.tiny import model_directory, tiny_kind
 from archer_jax.models.tokenizer import next_power_of_two
-from archer_jax.precision import compute_dtype
+from archer_jax.runtime import sharding as shd
+from archer_jax.runtime.precision import compute_dtype
 from archer_jax.sampling.decoding import Decoder
 
 

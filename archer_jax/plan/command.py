@@ -16,13 +16,13 @@ import jax
 from absl import app, flags
 from jax._src import xla_bridge
 
-import archer_jax.plan
 from archer_jax.config import validate
 from archer_jax.errors import ConfigError
 from archer_jax.plan import slices
+import archer_jax.plan
 from archer_jax.plan.planner import not_fitting_line, plan_run, table
 from archer_jax.run import cli, preflight
-from archer_jax.xla_flags import quiet_tpu_probe, set_default_flags
+from archer_jax.runtime.xla_flags import quiet_tpu_probe, set_default_flags
 
 _TARGET = flags.DEFINE_string("target", "local", "The accelerator: a TPU type as gcloud names it (v5litepod-8, "
                               "v4-32, v5p-8, v6e-8, ...) or local (this machine's devices).")

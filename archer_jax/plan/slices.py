@@ -19,7 +19,7 @@ import re
 
 import jax
 
-from archer_jax.xla_flags import tpu_attached
+from archer_jax.runtime.xla_flags import tpu_attached
 
 GiB = 2**30
 

@@ -38,9 +38,9 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from archer_jax.data.offline_replay import saved_state
 from archer_jax.errors import CheckpointWriteError, ConfigError, TrainingError, one_line
 from archer_jax.learners.train_state import TrainState
-from archer_jax.data.offline_replay import saved_state
 from archer_jax.replay import ReplayBuffer
 
 log = logging.getLogger("archer_jax")
@@ -59,7 +59,7 @@ def checkpoint_directory(init_from: str | Path) -> Path:
 
 class ReplayHandler(ocp.CheckpointHandler):
     """Saves a :class:`ReplayBuffer` under ``process_0``. With several processes every host holds
-    the same replica (:mod:`archer_jax.distributed`): the primary writes it and every host reads it."""
+    the same replica (:mod:`archer_jax.runtime.distributed`): the primary writes it and every host reads it."""
 
     def _directory(self, directory) -> Path:
         return Path(os.fspath(directory)) / "process_0"

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from archer_jax import distributed
+from archer_jax.runtime import distributed
 
 HISTORY = "history.jsonl"
 

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-from archer_jax import distributed
+from archer_jax.runtime import distributed
 
 log = logging.getLogger("archer_jax")
 

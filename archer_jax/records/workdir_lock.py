@@ -26,8 +26,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from archer_jax import distributed
 from archer_jax.errors import TrainingError
+from archer_jax.runtime import distributed
 
 log = logging.getLogger("archer_jax")
 

@@ -23,14 +23,15 @@ import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
-from archer_jax import config as config_lib, distributed
+from archer_jax import config as config_lib
 from archer_jax.config import FREE_FORM, RENAMED, flat_defaults, renamed, unknown_key, validate
 from archer_jax.config_docs import KEY_DOCS
 from archer_jax.envs.base import EnvError
 from archer_jax.errors import ConfigError, TrainingError, one_line
 from archer_jax.models.hub import ModelLoadError
 from archer_jax.run.loop import train_and_evaluate
-from archer_jax.xla_flags import quiet_tpu_probe, set_default_flags
+from archer_jax.runtime import distributed
+from archer_jax.runtime.xla_flags import quiet_tpu_probe, set_default_flags
 
 # New attributes: the free-form groups (config.FREE_FORM) take keys a config file does not name
 # (--config.env.options.oracle=t5:DIR); every other new key is refused before parsing

@@ -27,7 +27,7 @@ SIGHUP save a checkpoint and stop; every stop (a signal, non-finite losses, an e
 
 Several hosts (a TPU pod slice, or ``--coordinator/--num_processes/--process_id`` on every host)
 run the same command; each plays its share of the games and the learner steps span every host's
-devices (:mod:`archer_jax.distributed`, ``docs/multihost.md``). The primary host writes the reports.
+devices (:mod:`archer_jax.runtime.distributed`, ``docs/multihost.md``). The primary host writes the reports.
 """
 
 from __future__ import annotations
@@ -44,19 +44,20 @@ import jax
 import ml_collections
 import numpy as np
 
-from archer_jax import agents, distributed, rollout
-from archer_jax.plan import memory as memory_plan
+from archer_jax import agents, rollout
 from archer_jax.agents.agent import Agent, timed
 from archer_jax.config import MICRO
 from archer_jax.errors import CheckpointWriteError, ConfigError, RunInterrupted, TrainingError, one_line
 from archer_jax.learners.train_state import States
 from archer_jax.parts import Parts
+from archer_jax.plan import memory as memory_plan
 from archer_jax.records import history, report
-from archer_jax.run import config_changes, preflight, warm_start
 from archer_jax.records.checkpoint import Checkpoints
 from archer_jax.records.interrupts import Interrupted, Interrupts
 from archer_jax.records.loop_state import LoopState, nonfinite_steps
 from archer_jax.records.workdir_lock import WorkdirLock
+from archer_jax.run import config_changes, preflight, warm_start
+from archer_jax.runtime import distributed
 
 log = logging.getLogger("archer_jax")
 

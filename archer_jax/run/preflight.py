@@ -21,15 +21,17 @@ from pathlib import Path
 import jax
 import ml_collections
 
-from archer_jax import agents, sharding, sft
+from archer_jax import agents
 from archer_jax.config import validate
 from archer_jax.data import offline_replay
 from archer_jax.envs import registry as envs
 from archer_jax.errors import ConfigError
-from archer_jax.hub_names import is_cached
 from archer_jax.models import hub
 from archer_jax.models.pretrained import ARCHITECTURES, CAUSAL_LM_TYPES
 from archer_jax.models.tiny import offline_model, tiny_config, tiny_kind
+from archer_jax.pretraining import sft
+from archer_jax.runtime import sharding
+from archer_jax.runtime.hub_names import is_cached
 
 log = logging.getLogger("archer_jax")
 

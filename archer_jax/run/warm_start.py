@@ -26,16 +26,17 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from archer_jax import critic_pretraining, distributed, sft, sft_cache
 from archer_jax.errors import ConfigError, TrainingError
 from archer_jax.learners import official_critic
 from archer_jax.learners.micro_batching import auto_limit
 from archer_jax.learners.train_state import States
 from archer_jax.models.weight_rules import MappingError
+from archer_jax.pretraining import critic as critic_pretraining, sft, sft_cache
 from archer_jax.records import report
 from archer_jax.records.checkpoint import Checkpoints, checkpoint_directory
 from archer_jax.records.loop_state import LoopState
 from archer_jax.records.progress import progress_bar
+from archer_jax.runtime import distributed
 
 if TYPE_CHECKING:
     from archer_jax.agents.agent import Agent
@@ -64,7 +65,7 @@ def start(agent: Agent, states: States, writers: report.Writers, loop: LoopState
 def critic_start(agent: Agent, states: States, writers: report.Writers,
                       demonstrations: tuple[list[str], list[str]]) -> tuple[States, dict[str, Any]]:
     """Masked-LM pretraining of the critic's encoder on the demonstrations' texts
-    (:mod:`archer_jax.critic_pretraining`; or its result from ``config.sft.cache``); the critic's
+    (:mod:`archer_jax.pretraining.critic`; or its result from ``config.sft.cache``); the critic's
     Adam starts fresh after it and its target equals it."""
     c = agent.parts.config
     limit = auto_limit(agent.parts.mesh.devices.flat[0].platform, c.critic_pretrain.batch_size)

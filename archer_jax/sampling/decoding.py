@@ -20,7 +20,7 @@ How it runs:
   batch around it or the mesh. The prefill draws every row's uniforms for all steps in one call
   (on CPUs each threefry call is a small loop of its own: some 200 tiny ops per decode step).
 * Given a mesh, batch arrays are split over its ``data``/``fsdp`` axes, the KV cache's heads
-  over ``tensor``, and the parameters by their logical axes (:mod:`archer_jax.sharding`).
+  over ``tensor``, and the parameters by their logical axes (:mod:`archer_jax.runtime.sharding`).
 """
 
 from __future__ import annotations
@@ -36,15 +36,15 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from archer_jax import sharding as shd
 from archer_jax.learners.step_program import abstract, is_abstract
-from archer_jax.models.attention import KVCache
 from archer_jax.models import token_distribution
+from archer_jax.models.attention import KVCache
 from archer_jax.models.causal_lm import CausalLMConfig, init_cache
 from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import bucket_length, next_power_of_two
-from archer_jax.precision import program_name, traced_with
-from archer_jax.xla_flags import decode_compiler_options
+from archer_jax.runtime import sharding as shd
+from archer_jax.runtime.precision import program_name, traced_with
+from archer_jax.runtime.xla_flags import decode_compiler_options
 
 Array = jax.Array
 
@@ -412,11 +412,11 @@ class Decoder:
         from its tokenizer. Called once per ``(stop_strings, stop_at_eos)``; the device copy is kept.
       pad_id: the id written into padding and past each row's length.
       mesh: shard batches and the cache over this mesh (default: one device).
-      rules: logical-axis rules for the parameters (:data:`archer_jax.sharding.DEFAULT_RULES`).
+      rules: logical-axis rules for the parameters (:data:`archer_jax.runtime.sharding.DEFAULT_RULES`).
       max_prompt_length: the longest prompt in tokens (default: the model's ``n_positions``
         minus ``max_new_tokens``).
       min_prompt_bucket: the shortest prompt length bucket (:data:`MIN_PROMPT_BUCKET`).
-      matmul_precision: the programs' matmul precision (:mod:`archer_jax.precision`; None: the
+      matmul_precision: the programs' matmul precision (:mod:`archer_jax.runtime.precision`; None: the
         ambient ``jax.default_matmul_precision``).
     """
 

@@ -23,8 +23,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from archer_jax import sharding as shd
 from archer_jax.models.tokenizer import Tokens, encode, pad_rows
+from archer_jax.runtime import sharding as shd
 from archer_jax.sampling.decoding import Array, Decoder, SampledTokens, SamplingParams
 
 
@@ -97,11 +97,11 @@ class Sampler:
       tokenizer: the policy's tokenizer (left padding and truncation, see
         :func:`archer_jax.models.load_tokenizer`).
       mesh: shard batches and the cache over this mesh (default: one device).
-      rules: logical-axis rules for the parameters (:data:`archer_jax.sharding.DEFAULT_RULES`).
+      rules: logical-axis rules for the parameters (:data:`archer_jax.runtime.sharding.DEFAULT_RULES`).
       max_prompt_length: prompts are truncated from the left to this many tokens (default: the
         model's ``n_positions`` minus ``max_new_tokens``).
       min_prompt_bucket: the shortest prompt length bucket (default ``decoding.MIN_PROMPT_BUCKET``, 64).
-      matmul_precision: the programs' matmul precision (:mod:`archer_jax.precision`; None: ambient).
+      matmul_precision: the programs' matmul precision (:mod:`archer_jax.runtime.precision`; None: ambient).
 
     The device work is ``self.decoder``'s (:class:`Decoder`): the attributes below read through to it.
     """

@@ -14,13 +14,14 @@ import ml_collections
 import numpy as np
 import pytest
 
-from archer_jax import prompts, rollout
+from archer_jax import rollout
 from archer_jax.envs import registry
 from archer_jax.envs.base import EnvError
 from archer_jax.envs.pool import EnvPool
 from archer_jax.envs.webshop import WebShop
 from archer_jax.envs.webshop_goals import EVAL_GOALS, TRAIN_GOALS, GoalRanges, count_goals, goal_range
 from archer_jax.errors import ConfigError
+from archer_jax.sampling import prompts
 from tests.envs.fake_webshop import serve, shop
 
 N = 40  # the stand-in server's goals

@@ -6,9 +6,10 @@ import numpy as np
 import optax
 import pytest
 
-from archer_jax import learners, sharding
-from archer_jax.learners import archer, train_state
+from archer_jax import learners
 from archer_jax.agents.steps import Steps
+from archer_jax.learners import archer, train_state
+from archer_jax.runtime import sharding
 from tests.learners.conftest import actor_batch, critic_batch, make_modules
 
 CONFIG = learners.LearnerConfig(critic_lr=1e-4, actor_lr=1e-4)

@@ -12,10 +12,10 @@ import torch
 from flax import nnx
 
 from archer_jax import learners, models
-from archer_jax import critic_pretraining as cp
-from archer_jax import sharding as shd
 from archer_jax.learners import train_state
 from archer_jax.learners.masked_lm import MaskedLM, mask_tokens, mlm_step
+from archer_jax.pretraining import critic as cp
+from archer_jax.runtime import sharding as shd
 from tests import hf_reference as ref
 from tests.learners.conftest import ACTIONS, OBSERVATIONS
 

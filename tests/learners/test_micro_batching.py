@@ -7,10 +7,10 @@ import jax
 import pytest
 
 from archer_jax import learners
+from archer_jax.agents.steps import Steps
 from archer_jax.errors import TrainingError
 from archer_jax.learners import micro_batching, step_program
 from archer_jax.learners.micro_batching import candidate_sizes, parse_micro_batch_size, program_bytes
-from archer_jax.agents.steps import Steps
 from tests.learners.conftest import actor_batch, critic_batch, make_modules
 from tests.learners.test_learner import as_numpy, max_rel_err
 
@@ -149,7 +149,7 @@ def test_a_size_the_compiler_refuses_for_memory_counts_as_not_fitting(monkeypatc
 
     import numpy as np
 
-    from archer_jax import sharding
+    from archer_jax.runtime import sharding
 
     refusal = ("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. the total memory required for HLO "
                "temporaries (17.48G) exceeds available HBM (15.75G).")

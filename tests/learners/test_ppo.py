@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from archer_jax.dialogue_rows import DialogueRows as Layout
 from archer_jax import models
-from archer_jax.learners import Actor, LearnerConfig, ppo
-from archer_jax.learners.optimization import summarize
 from archer_jax.agents.steps import Steps
+from archer_jax.learners import Actor, LearnerConfig, ppo
+from archer_jax.learners.dialogue_rows import DialogueRows as Layout
+from archer_jax.learners.optimization import summarize
 from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import Tokens
 

@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from archer_jax import sharding
 from archer_jax.agents import archer as archer_agent
 from archer_jax.learners import Actor, DoubleCritic, LearnerConfig, Networks, train_state
 from archer_jax.learners.batches import ActorBatch, CriticBatch
@@ -18,6 +17,7 @@ from archer_jax.models.gpt2.model import GPT2LMHeadModel
 from archer_jax.models.roberta.model import RobertaModel
 from archer_jax.models.tiny import tiny_config
 from archer_jax.models.tokenizer import Tokens
+from archer_jax.runtime import sharding
 
 
 def _abstract_networks(mesh) -> Networks:

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from archer_jax import models, sharding
+from archer_jax import models
 from archer_jax.models import layers
 from archer_jax.models.llama import LlamaConfig
 from archer_jax.models.rope import RopeScaling, inverse_frequencies
+from archer_jax.runtime import sharding
 from tests import hf_reference as ref
 
 torch = ref.torch

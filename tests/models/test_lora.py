@@ -10,9 +10,10 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
-from archer_jax import models, sharding
+from archer_jax import models
 from archer_jax.models import lora
 from archer_jax.models.hub import ModelLoadError
+from archer_jax.runtime import sharding
 from tests import hf_reference as ref
 
 torch = ref.torch
@@ -193,14 +194,17 @@ def test_only_the_adapters_are_trainable_and_their_gradients_match_peft(llama_di
 
 
 def test_bad_configs_and_adapter_directories_are_one_line_errors(llama_dir, tmp_path):
-    for kwargs, field in ((dict(rank=0), "rank"), (dict(alpha=0.0), "alpha"), (dict(dropout=1.0), "dropout"),
-                          (dict(targets=()), "targets"), (dict(targets="q_proj"), "targets")):
+    for kwargs, field in ((dict(rank=-1), "rank"), (dict(rank=4, alpha=0.0), "alpha"), (dict(rank=4, dropout=1.0), "dropout"),
+                          (dict(rank=4, targets=()), "targets"), (dict(rank=4, targets=" , "), "targets")):
         with pytest.raises(ValueError, match=field) as error:
             lora.LoRAConfig(**kwargs)
         assert "\n" not in str(error.value)
     ours = models.load_causal_lm(llama_dir)
     with pytest.raises(ValueError, match=r"'qproj' matches no layer; available: .*q_proj.*down_proj"):
-        lora.apply_lora(ours, lora.LoRAConfig(targets=("q_proj", "qproj")), rngs=nnx.Rngs(0))
+        lora.apply_lora(ours, lora.LoRAConfig(rank=4, targets=("q_proj", "qproj")), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="rank: 0 means no adapters"):
+        lora.apply_lora(ours, lora.LoRAConfig(), rngs=nnx.Rngs(0))
+    assert lora.LoRAConfig(rank=4, targets="q_proj, v_proj") == lora.LoRAConfig(rank=4, targets=("q_proj", "v_proj"))
     assert lora.lora_config(ours) is None  # nothing was wrapped
     lora.apply_lora(ours, lora.LoRAConfig(rank=4), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="already has LoRA adapters"):

@@ -18,8 +18,8 @@ import jax
 import numpy as np
 import pytest
 
-from archer_jax import distributed
 from archer_jax.records.checkpoint import Checkpoints
+from archer_jax.runtime import distributed
 from tests.train.test_train_app import CONFIG, micro, restored, without_time
 
 pytestmark = pytest.mark.slow

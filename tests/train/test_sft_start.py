@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from archer_jax import sft, sft_cache
+from archer_jax.pretraining import sft, sft_cache
 from archer_jax.records import report
 from archer_jax.run.warm_start import sft_start
 from archer_jax.train import build_agent

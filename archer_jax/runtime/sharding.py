@@ -175,7 +175,7 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 # ---- several processes ----------------------------------------------------------------------
 # With several processes (hosts), a run's mesh spans every host's devices, and the sampler runs on
-# this host's devices alone (each host plays its own games): see archer_jax.distributed.
+# this host's devices alone (each host plays its own games): see archer_jax.runtime.distributed.
 
 
 def local_mesh(mesh: Mesh, process: int | None = None) -> Mesh:

@@ -46,7 +46,7 @@ class SFTConfig:
     experts: str = "optimal"  # comma-separated kinds from archer_jax.envs.experts.EXPERTS
     # The warm start is the same for every run seed, as the paper's runs all start from one SFT checkpoint.
     seed: int = 0
-    # A directory of SFT results (archer_jax.sft_cache): runs that would do the same SFT do it once.
+    # A directory of SFT results (archer_jax.pretraining.sft_cache): runs that would do the same SFT do it once.
     cache: str = ""
 
     def __post_init__(self):

@@ -13,7 +13,7 @@ JAX reads ``XLA_FLAGS`` when it creates its first backend, so the entry points c
 benchmarks and the test session. Importing archer_jax does not (a library import has no side
 effects); in your own program or notebook, call it first thing::
 
-    from archer_jax import xla_flags
+    from archer_jax.runtime import xla_flags
     xla_flags.set_default_flags()   # before the first JAX computation
 
 The entry points also call :func:`quiet_tpu_probe`: JAX tries a TPU backend first and, on a

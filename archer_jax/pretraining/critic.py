@@ -10,7 +10,7 @@ target too) starts RL from the trained encoder.
 
     config.critic_pretrain.steps = 300     # 0 = off (the paper's pretrained roberta-base needs none)
 
-Results are kept in ``config.sft.cache`` beside the SFT's (:mod:`archer_jax.sft_cache`), keyed by
+Results are kept in ``config.sft.cache`` beside the SFT's (:mod:`archer_jax.pretraining.sft_cache`), keyed by
 the texts, the encoder's weights before it, these keys and everything else the computation
 depends on.
 """
@@ -29,16 +29,17 @@ import jax
 import numpy as np
 from flax import nnx
 
-from archer_jax import distributed, sft_cache
-from archer_jax import sharding as shd
 from archer_jax.errors import TrainingError
 from archer_jax.learners import train_state
 from archer_jax.learners.masked_lm import MaskedLM, MLMBatch, mask_tokens, mlm_step
 from archer_jax.learners.step_program import compile_step
 from archer_jax.learners.train_state import TrainState
 from archer_jax.models.tokenizer import Tokens, next_power_of_two, token_rows
-from archer_jax.precision import traced_with
+from archer_jax.pretraining import sft_cache
 from archer_jax.records.progress import progress_bar
+from archer_jax.runtime import distributed
+from archer_jax.runtime import sharding as shd
+from archer_jax.runtime.precision import traced_with
 
 if TYPE_CHECKING:  # only for type hints: the agent is built above this module
     from archer_jax.agents.agent import Agent
