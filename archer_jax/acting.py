@@ -1,14 +1,14 @@
 """Acting, apart from learning: how an agent picks utterances with the parameters it is given.
 
-    acting = Acting(sampler, pipeline, sampling=SamplingParams(...), critic_graphdef=graphdef)
+    acting = Acting(sampler, pipeline, sampling=SamplingParams(...))
     acting.sample(policy_params, observations, key)             # a ~ π(·|s), or greedy
     acting.pi_actions(policy_params, replay_rows, key)          # fresh a_π for the critic's V-target
     acting.actor_batch(policy_params, sample, key)   # a_π with its tokens (each host its share)
-    acting.chai(policy_params, target_params, observations, key)           # CHAI's choice
 
-Every call takes the parameters to act with (the policy's, and the target critic's for CHAI), so
-the learner's state never hides in here. The sampler (:mod:`archer_jax.sampling`) does the
-generation; this module turns its output into texts, learner batches and CHAI's choices.
+Every call takes the parameters to act with, so the learner's state never hides in here. The
+sampler (:mod:`archer_jax.sampling`) does the generation; this module turns its output into texts
+and learner batches. An algorithm's own acting rule lives in its module (CHAI's choice among
+samples: :mod:`archer_jax.agents.chai`).
 """
 
 from __future__ import annotations
@@ -19,86 +19,15 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from archer_jax.input_pipeline import InputPipeline
 from archer_jax.learners.batches import ActorBatch, actor_batch
-from archer_jax.learners.selection import chai_select
-from archer_jax.models.tokenizer import Tokens, encode, next_power_of_two, pad_rows, token_rows
+from archer_jax.models.tokenizer import pad_rows, token_rows
 from archer_jax.runtime import sharding as shd
 from archer_jax.runtime.distributed import allgather_objects, concat_gathered, host_share
-from archer_jax.runtime.precision import traced_with
 from archer_jax.sampling import Generation, Sampler, SamplingParams
-
-
-class ChaiChoice(NamedTuple):
-    texts: list[str]  # the chosen action per observation
-    index: np.ndarray  # [batch] which of the k candidates
-    values: np.ndarray  # [batch, k] min(Q̄1, Q̄2) of every candidate
-    candidates: Generation  # all batch * k samples, observation-major
-
-
-@functools.partial(jax.jit, static_argnums=(0, 4, 5))
-def _q_values(graphdef: nnx.GraphDef, critic_params: nnx.State, observation: Tokens, action: Tokens, k: int,
-              matmul_precision: str | None):
-    """``Q̄_i`` of ``k`` actions per observation (``action`` rows observation-major); each
-    observation is encoded once, not once per candidate."""
-
-    def score():
-        critic = nnx.merge(graphdef, critic_params)
-        state = jnp.repeat(critic.embed(observation), k, axis=0)
-        return critic.q_values(state, critic.embed(action))
-
-    return traced_with(score, matmul_precision)()
-
-
-def _pad_batch(tokens: Tokens, rows: int) -> Tokens:
-    """Pads the batch to ``rows`` (a power of two, so the scoring compiles for few shapes)."""
-    extra = rows - tokens.ids.shape[0]
-    return Tokens(*(np.pad(x, ((0, extra), (0, 0))) for x in tokens))
-
-
-def chai_actions(
-    sampler: Sampler,
-    critic_graphdef: nnx.GraphDef,
-    target_params: nnx.State,
-    critic_tokenizer,
-    observations: Sequence[str],
-    key: jax.Array,
-    sampling: SamplingParams,
-    *,
-    k: int = 5,
-    model_state: nnx.State | None = None,
-    max_length: int = 512,
-    row_ids: Sequence[int] | None = None,
-    prompts: Sequence[np.ndarray] | None = None,
-    action_in_context: bool = False,
-) -> ChaiChoice:
-    """For each observation, ``k`` samples from the (frozen) policy scored by the target critic's
-    ``min(Q̄1, Q̄2)``; the highest-scoring one is chosen. The prompt is run through the policy
-    once per observation (the sampler's fan-out) and encoded once by the critic. ``prompts``: the
-    policy's prompts in token rows (default: the observations themselves); ``action_in_context``:
-    the critic reads each candidate after its observation (``model.critic_action="in_context"``)."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if prompts is None:
-        generation = sampler.generate(observations, key, sampling, model_state=model_state, samples=k, row_ids=row_ids)
-    else:
-        generation = sampler.generate_rows(prompts, key, sampling, model_state=model_state, samples=k, row_ids=row_ids)
-    rows = next_power_of_two(len(observations))
-    obs = _pad_batch(encode(critic_tokenizer, observations, max_length=max_length), rows)
-    texts = generation.texts
-    if action_in_context:  # the samples are observation-major, k per observation
-        texts = [observations[i // k] + text for i, text in enumerate(texts)]
-    act = _pad_batch(encode(critic_tokenizer, texts, max_length=max_length), rows * k)
-    batch = len(observations) * k
-    scores = _q_values(critic_graphdef, target_params, obs, act, k, sampler.matmul_precision)
-    q1, q2 = (jnp.reshape(q[:batch], (len(observations), k)) for q in scores)
-    index = np.asarray(chai_select(q1, q2))
-    texts = [generation.texts[i * k + j] for i, j in enumerate(index)]
-    return ChaiChoice(texts, index, np.asarray(jnp.minimum(q1, q2)), generation)
 
 
 class ActorRows(NamedTuple):
@@ -194,8 +123,6 @@ class Acting:
         pipeline: InputPipeline,
         *,
         sampling: SamplingParams,
-        critic_graphdef: nnx.GraphDef | None = None,
-        chai_samples: int = 5,
         score_stop_token: bool = True,
     ):
         self.sampler = sampler
@@ -203,8 +130,6 @@ class Acting:
         self.pipeline = pipeline
         self.sampling = sampling
         self.greedy = dataclasses.replace(sampling, greedy=True)
-        self.critic_graphdef = critic_graphdef
-        self.chai_samples = chai_samples
         self._local: tuple = (None, None)
 
     def localize(self, params: nnx.State) -> nnx.State:
@@ -229,24 +154,6 @@ class Acting:
         if len(share):
             texts = self.sampler.generate_rows(policy_rows[share.start:share.stop], key, self.sampling,
                                                model_state=self.localize(policy), row_ids=share).texts
-        return concat_gathered(texts)
-
-    def chai(self, policy: nnx.State, target: nnx.State, observations: Sequence[str], key: jax.Array,
-             rows: Sequence[int] | None = None) -> ChaiChoice:
-        """CHAI's choice: the best of ``chai_samples`` samples by the target critic (``target``)."""
-        return chai_actions(
-            self.sampler, self.critic_graphdef, self.localize_critic(target), self.pipeline.critic_tokenizer,
-            observations, key, self.sampling, k=self.chai_samples, model_state=self.localize(policy),
-            max_length=self.pipeline.max_critic_length, row_ids=rows, prompts=self.pipeline.policy_rows(observations),
-            action_in_context=self.pipeline.critic_action_in_context,
-        )
-
-    def chai_texts(self, policy: nnx.State, target: nnx.State, observations: Sequence[str], key: jax.Array) -> list[str]:
-        """CHAI's choice for every observation of a learner batch (this host's share, gathered)."""
-        share = host_share(len(observations))
-        texts = []
-        if len(share):
-            texts = self.chai(policy, target, list(observations[share.start:share.stop]), key, rows=share).texts
         return concat_gathered(texts)
 
     def localize_critic(self, params: nnx.State) -> nnx.State:

@@ -122,7 +122,6 @@ class Parts:
                                       critic_action_in_context=c.model.critic_action == "in_context")
         self.acting = Acting(
             sampler, self.pipeline, sampling=SamplingParams(**c.sampling, stop_strings=prompter.stop_strings),
-            critic_graphdef=self.networks.critic_graphdef, chai_samples=c.chai_samples,
             score_stop_token=c.learner.score_stop_token,
         )
         self.batch = c.batch_size * c.grad_accum_steps

@@ -1,6 +1,6 @@
 """CHAI's acting step: k samples per observation from the policy, scored by the target critic.
 
-One call of :func:`archer_jax.acting.chai_actions` on ``--batch`` observations of about
+One call of :func:`archer_jax.agents.chai.chai_actions` on ``--batch`` observations of about
 ``--observation`` policy tokens (random token ids of the tiny preset's tokenizer, as text), with
 the tiny preset's models (random weights) and sampling (32 new tokens, T 0.7, top-p 0.9, stop at
 "\\n"). CHAI calls it for every rollout turn and for every critic step's ``a_π``, so it sets the
@@ -21,7 +21,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from archer_jax import acting, learners, models
+from archer_jax import learners, models
+from archer_jax.agents import chai
 from archer_jax.models import tiny
 from archer_jax.sampling import Sampler, SamplingParams
 from common import RESULTS, machine, write_result
@@ -50,7 +51,7 @@ def main() -> None:
         times = []
         for call in range(args.repeats + 1):  # the first call compiles
             start = time.perf_counter()
-            acting.chai_actions(sampler, graphdef, params, critic_tokenizer, observations, jax.random.key(call),
+            chai.chai_actions(sampler, graphdef, params, critic_tokenizer, observations, jax.random.key(call),
                                   sampling, k=args.k, max_length=256)
             times.append(time.perf_counter() - start)
     seconds = float(np.median(times[1:]))

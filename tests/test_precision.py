@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 from archer_jax import acting
+from archer_jax.agents import chai
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.models.tokenizer import Tokens
 from archer_jax.runtime import precision
@@ -52,7 +53,7 @@ def programs(request, tmp_path_factory):
             critic_step=steps["critic_step"].lower(states.critic, CriticBatch(obs, act, obs, act, scalars, scalars)),
             actor_step=steps["actor_step"].lower(states.actor, states.critic.params, ActorBatch(obs, act, obs, act)),
             bc_step=steps["bc_step"].lower(states.actor, BCBatch(obs, act)),
-            chai_scores=acting._q_values.lower(run.networks.critic_graphdef, states.critic.target, token_spec(8, 16),
+            chai_scores=chai._q_values.lower(run.networks.critic_graphdef, states.critic.target, token_spec(8, 16),
                                                 token_spec(16, 16), 2, run.acting.sampler.matmul_precision),
         )
         yield request.param, lowered

@@ -8,7 +8,10 @@ An algorithm is a subclass in a module of its own (``agents/archer.py``, ...) wi
   run's config (each field is the top-level key of its name, or the group in its metadata);
 * ``networks_for(config)``: which networks the run builds for it (:class:`NetworkSpec`);
 * ``__init__(parts, config)``: compiles the steps it needs (``parts.networks.compile_step``);
-* ``learn(states, replay, iteration)``: one iteration's updates.
+* ``learn(states, replay, iteration)``: one iteration's updates;
+* ``programs(iterations)``: the learner programs an iteration runs, their abstract inputs and
+  counts (:mod:`archer_jax.agents.programs`), which the plan compiles; ``pi_decodes``: the a_π
+  decodes an iteration samples.
 
 The run's shared parts (models, tokenizers, sampler, input pipeline, env pool, mesh, keys) are
 :class:`archer_jax.parts.Parts`, which imports no agent.
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import jax
 import optax
 
+from archer_jax.agents.programs import Program
 from archer_jax.learners import bc, train_state
 from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.step_program import StepProgram
@@ -172,7 +176,23 @@ class Agent:
         parameters); a value head starts as it was built."""
         return self.init_actor(self.networks.with_policy(policy))
 
+    def abstract_actor(self) -> TrainState:
+        """The actor state's shapes and shardings (no arrays): what the plan compiles a step from."""
+        return self.networks.abstract_actor(self.actor_tx, self.actor_target)
+
+    def abstract_critic(self) -> TrainState:
+        """The critic state's shapes and shardings (no arrays)."""
+        return self.networks.abstract_critic(self.critic_tx)
+
     # ---- acting and learning ------------------------------------------------------------------
+
+    def programs(self, iterations: int) -> list[Program]:
+        """The learner programs one iteration runs, in a run of ``iterations`` (none here)."""
+        return []
+
+    def pi_decodes(self, iterations: int) -> float:
+        """Decodes of ``parts.batch`` a_π samples an iteration runs, averaged over ``iterations`` (none here)."""
+        return 0.0
 
     def act(self, states: States, observations: Sequence[str], key: jax.Array, greedy: bool,
             rows: Sequence[int] | None = None) -> list[str]:

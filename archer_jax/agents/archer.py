@@ -15,13 +15,14 @@ import math
 from typing import ClassVar
 
 from archer_jax.agents.agent import Agent, group, timed
-from archer_jax.parts import ACTOR, CRITIC
+from archer_jax.agents.programs import Program, after_warmup
 from archer_jax.learners import archer
 from archer_jax.learners.critic import with_initial_value
 from archer_jax.learners.learner_config import LearnerConfig, loss_options
-from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.networks import Networks
+from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.train_state import States
+from archer_jax.parts import ACTOR, CRITIC
 from archer_jax.replay import ReplayBuffer
 
 OFFLINE_LOSSES = ("awr",)  # actor losses that weigh a dataset's actions: offline agents only
@@ -95,6 +96,23 @@ class ArCHer(Agent):
         if params is None and self.config.critic_init_value:
             params = with_initial_value(self.networks.initial_critic_params(), self.config.critic_init_value)
         return super().init_critic(params, target)
+
+    def programs(self, iterations: int) -> list[Program]:
+        """The critic step ``critic_steps`` times an iteration, the actor step ``actor_steps`` times after the warm-up."""
+        c = self.config
+        return [self.critic_program(),
+                Program("actor_step", self.actor_step,
+                        lambda s, rows: (self.abstract_actor(), self.abstract_critic().params, s.actor_batch(rows)),
+                        after_warmup(c.actor_steps, c.warmup_iter, iterations))]
+
+    def critic_program(self) -> Program:
+        """The critic step, ``critic_steps`` times an iteration."""
+        return Program("critic_step", self.critic_step, lambda s, rows: (self.abstract_critic(), s.critic_batch(rows)),
+                       self.config.critic_steps)
+
+    def pi_decodes(self, iterations: int) -> float:
+        """One a_π decode for each critic and each actor step."""
+        return sum(p.per_iteration for p in self.programs(iterations))
 
     def pi_actions(self, states: States, sample: dict, key) -> list[str]:
         """ArCHer's ``a_π``: a fresh sample from the current policy for each replayed observation."""

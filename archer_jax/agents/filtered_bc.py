@@ -14,6 +14,7 @@ import numpy as np
 
 from archer_jax.agents.agent import Agent, NetworkSpec, bc_step, group, timed
 from archer_jax.agents.archer import OFFLINE_LOSSES, offline_loss_error
+from archer_jax.agents.programs import Program
 from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.selection import filtered_bc_mask
 from archer_jax.learners.train_state import States
@@ -67,6 +68,11 @@ class FilteredBC(Agent):
     def __init__(self, parts, config: Config):
         super().__init__(parts, config)
         self.bc_step = bc_step(self.networks, self.actor_tx)
+
+    def programs(self, iterations: int) -> list[Program]:
+        """The behaviour-cloning step, ``bc_steps`` times an iteration."""
+        return [Program("bc_step", self.bc_step, lambda s, rows: (self.abstract_actor(), s.bc_batch(rows)),
+                        self.config.bc_steps)]
 
     def bc_updates(self, states: States, replay: ReplayBuffer, fraction: float) -> States:
         """The BC steps of one iteration on the transitions of the top ``fraction`` of episodes."""

@@ -17,15 +17,15 @@ from typing import ClassVar
 
 from archer_jax.agents import archer
 from archer_jax.agents.agent import Agent, config_of, group
-from archer_jax.parts_config import RolloutConfig
 from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.data.offline_replay import OfflineReplay, open_dataset
 from archer_jax.learners import offline_archer
 from archer_jax.learners.learner_config import LearnerConfig
-from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.offline_archer import IQLConfig
+from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.train_state import States
+from archer_jax.parts_config import RolloutConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +72,10 @@ class OfflineDataset:
     def resume_replay(self, restored: dict) -> OfflineReplay:
         """The dataset drawing on from the checkpoint's sampler state."""
         return self.new_replay(restored).resume(restored)
+
+    def pi_decodes(self, iterations: int) -> float:
+        """None: the dataset's actions are the critic's and the actor's."""
+        return 0.0
 
 
 class OfflineArCHer(OfflineDataset, archer.ArCHer):

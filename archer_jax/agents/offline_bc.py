@@ -12,8 +12,8 @@ from typing import ClassVar
 
 from archer_jax.agents import filtered_bc
 from archer_jax.agents.agent import group
-from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.agents.offline_archer import OfflineDataset, refuse_rollouts_ahead
+from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.parts_config import RolloutConfig
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from archer_jax.agents import archer
 from archer_jax.agents.agent import NetworkSpec, config_of, group, timed
+from archer_jax.agents.programs import Program, after_warmup
 from archer_jax.learners import ppo_estimators, train_state
 from archer_jax.learners.archer import utterance_advantage, utterance_q
 from archer_jax.learners.batches import MIN_BUCKET
@@ -201,6 +202,25 @@ class PPO(archer.ArCHer):
         adv, ret = _estimate(config)(rows)
         width = act.ids.shape[1]
         return PPOBatch(obs, act, logprobs, values, layout.from_rows(adv, width), layout.from_rows(ret, width), reference)
+
+    def programs(self, iterations: int) -> list[Program]:
+        """PPO's step over each rollout's transitions (at most ``max_turns`` a dialogue) for
+        ``epochs``, after the warm-up for ``archer_hierarchical``, whose critic steps come first."""
+        c, ppo = self.parts.config, self.config.ppo
+        hierarchical = ppo.estimator.needs_critic
+        calls = ppo.epochs * math.ceil(c.rollout_size * c.env.max_turns / self.parts.batch)
+        out = [Program("ppo_step", self.ppo_step,
+                       lambda s, rows: (self.abstract_actor(),
+                                        PPOBatch(s.tokens(rows, s.prompt), s.tokens(rows, s.action),
+                                                 *(s.vector(rows, s.action),) * 5)),
+                       after_warmup(calls, self.config.warmup_iter, iterations) if hierarchical else calls)]
+        if self.networks.has_critic:
+            out.insert(0, self.critic_program())
+        return out
+
+    def pi_decodes(self, iterations: int) -> float:
+        """An a_π decode for each of ``archer_hierarchical``'s critic steps."""
+        return self.config.critic_steps if self.config.ppo.estimator.needs_critic else 0.0
 
     def ppo_updates(self, states: States, replay: ReplayBuffer, iteration: int) -> States:
         """PPO's epochs over the newest rollout's transitions, in shuffled minibatches of ``parts.batch``."""

@@ -19,15 +19,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from archer_jax import agents
+from archer_jax.agents.programs import InputShapes
 from archer_jax.envs import oracle_formats
-from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.micro_batching import program_bytes, size_text
-from archer_jax.learners.step_program import StepProgram
-from archer_jax.learners.ppo import PPOBatch
 from archer_jax.learners.step_program import abstract
 from archer_jax.model_oracle import DEFAULT_T5_BASE
 from archer_jax.models.t5 import generate as t5_generate
-from archer_jax.models.tokenizer import Tokens, next_power_of_two
+from archer_jax.models.tokenizer import next_power_of_two
 from archer_jax.plan import slices
 from archer_jax.plan.abstract_parts import PlanParts, abstract_model, model_config
 from archer_jax.plan.flops import matmul_flops
@@ -80,43 +78,10 @@ class Plan:
         return [p for p in self.programs if p.fits is False]
 
 
-def _tokens(rows: int, length: int, sharding) -> Tokens:
-    leaf = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sharding)
-    return Tokens(leaf, leaf)
-
-
-def step_inputs(name: str, agent, parts: PlanParts, rows: int) -> tuple:
-    """The abstract arguments of the agent's step ``name`` at ``rows`` transitions, at the run's
-    longest token buckets."""
-    n = parts.networks
-    tok = n.batch_sharding(2)
-    obs, act, crit = (_tokens(rows, parts.max_prompt_length, tok), _tokens(rows, parts.action_length, tok),
-                      _tokens(rows, parts.max_critic_length, tok))
-    crit_act = _tokens(rows, parts.critic_action_length, tok)
-    vector = jax.ShapeDtypeStruct((rows,), jnp.float32, sharding=n.batch_sharding(1))
-    per_token = jax.ShapeDtypeStruct((rows, parts.action_length), jnp.float32, sharding=tok)
-    actor = n.abstract_actor(agent.actor_tx, agent.actor_target)
-    if name == "critic_step":
-        return n.abstract_critic(agent.critic_tx), CriticBatch(crit, crit_act, crit, crit_act, vector, vector)
-    if name == "actor_step":
-        return actor, n.abstract_critic(agent.critic_tx).params, ActorBatch(obs, act, crit, crit_act)
-    if name == "bc_step":
-        return actor, BCBatch(obs, act)
-    if name == "ppo_step":
-        return actor, PPOBatch(obs, act, *(per_token,) * 5)
-    raise KeyError(f"no abstract inputs for the step {name!r}")
-
-
-def _counts(c, agent_config, parts: PlanParts) -> dict[str, float]:
-    """Calls per iteration of each learner step, averaged over the run's iterations."""
-    critic = getattr(agent_config, "critic_steps", 0)
-    warm = min(getattr(agent_config, "warmup_iter", 0), c.iterations)
-    actor = getattr(agent_config, "actor_steps", 0) * (c.iterations - warm) / c.iterations
-    counts = {"critic_step": critic, "actor_step": actor, "bc_step": getattr(agent_config, "bc_steps", 0)}
-    ppo = getattr(agent_config, "ppo", None)
-    if ppo is not None:  # epochs over the rollout's transitions (at most max_turns per dialogue)
-        counts["ppo_step"] = ppo.epochs * math.ceil(c.rollout_size * c.env.max_turns / parts.batch)
-    return counts
+def input_shapes(parts: PlanParts) -> InputShapes:
+    """The abstract inputs' sizes of a planned run: its networks and longest token buckets."""
+    return InputShapes(parts.networks, parts.max_prompt_length, parts.action_length, parts.max_critic_length,
+                       parts.critic_action_length)
 
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -162,9 +127,9 @@ def plan_run(config, target: slices.Target, workdir: Path, *, config_name: str =
     parts = PlanParts(config, target.devices(), workdir, agent_class.networks_for(agent_config))
     agent = agent_class(parts, agent_config)
     c, chip = config, target.chip
-    resident = device_bytes(parts.networks.abstract_actor(agent.actor_tx, agent.actor_target))
+    resident = device_bytes(agent.abstract_actor())
     if agent.critic_tx is not None:
-        resident += device_bytes(parts.networks.abstract_critic(agent.critic_tx))
+        resident += device_bytes(agent.abstract_critic())
     programs: list[ProgramPlan] = []
     if chip is not None and resident > chip.hbm_bytes:  # nothing to compile: the states alone do not fit
         programs.append(ProgramPlan("states", "parameters, optimizer state and targets, per chip", 0,
@@ -172,14 +137,15 @@ def plan_run(config, target: slices.Target, workdir: Path, *, config_name: str =
         return Plan(config_name, target.name, chip.name, chip.hbm_bytes, parts.mesh.devices.size, parts.hosts,
                     dict(parts.mesh.shape), resident, programs)
 
-    # The learner steps, micro-batched by the target's memory as a run does by its device's.
-    counts = _counts(c, agent_config, parts)
-    steps = {name: p for name, p in vars(agent).items() if isinstance(p, StepProgram) and (only is None or name in only)}
-    for name, step in steps.items():
+    # The learner steps the agent declares, micro-batched by the target's memory as a run does by its device's.
+    shapes = input_shapes(parts)
+    declared = [p for p in agent.programs(c.iterations) if only is None or p.name in only]
+    for declaration in declared:
+        name, step = declaration.name, declaration.step
         if chip is not None and target.is_tpu:
             step.free_bytes = lambda devices: chip.hbm_bytes - resident
-        args = step_inputs(name, agent, parts, parts.batch)
-        program = ProgramPlan(name, "", counts.get(name, 0))
+        args = declaration.inputs(shapes, parts.batch)
+        program = ProgramPlan(name, "", declaration.per_iteration)
         start = time.perf_counter()
         try:
             layout = step.layout(*args)
@@ -201,8 +167,8 @@ def plan_run(config, target: slices.Target, workdir: Path, *, config_name: str =
     uses = [("rollout", c.rollout_size, c.env.max_turns)]
     if c.eval_size:
         uses.append(("eval", c.eval_size, c.env.max_turns / max(c.eval_freq, 1) if c.eval_freq else 0))
-    if agent.critic_tx is not None and counts["critic_step"] + counts["actor_step"]:
-        uses.append(("a_pi", parts.batch, counts["critic_step"] + counts["actor_step"]))
+    if agent.pi_decodes(c.iterations):
+        uses.append(("a_pi", parts.batch, agent.pi_decodes(c.iterations)))
     uses = [use for use in uses if only is None or use[0] in only]
     policy_bytes = device_bytes(decoder.model_state)
     for use, games, calls in uses:

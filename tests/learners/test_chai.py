@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from archer_jax import acting, learners, models
+from archer_jax.agents import chai
 from archer_jax.models.tokenizer import token_rows
 from tests.learners import text_batches as batches
 from archer_jax.sampling import Sampler, SamplingParams
@@ -76,7 +77,7 @@ def test_chai_acts_with_the_best_pessimistic_target_q(tiny_dirs, tokenizers, sam
     _, critic = make_modules(tiny_dirs, seed=3)
     graphdef, params = learners.split_params(critic)
     obs = OBSERVATIONS[:3]
-    choice = acting.chai_actions(
+    choice = chai.chai_actions(
         sampler, graphdef, params, tokenizers[1], obs, jax.random.key(1), SamplingParams(max_new_tokens=6), k=4
     )
     assert choice.values.shape == (3, 4) and len(choice.candidates.texts) == 12
@@ -114,7 +115,7 @@ def test_in_context_the_critic_reads_each_action_after_its_observation(tiny_dirs
         [o + t for o, t in zip(obs, generation.texts)]
     _, critic = make_modules(tiny_dirs, seed=3)
     graphdef, params = learners.split_params(critic)
-    choice = acting.chai_actions(sampler, graphdef, params, tokenizers[1], obs, jax.random.key(1), sampling, k=2,
+    choice = chai.chai_actions(sampler, graphdef, params, tokenizers[1], obs, jax.random.key(1), sampling, k=2,
                                  action_in_context=True)
     for i, o in enumerate(obs):
         for j in range(2):
