@@ -49,8 +49,8 @@ SHARES = dict(env=0.02, iteration=0.28, llm_7b=0.25, train_20q_base=0.22, plan_v
               parity=0.20)
 MIN_STAGE_S, GRACE_S, TAIL = 60.0, 15.0, 4000
 FLOOR = dict(env=120.0)  # a stage's least timeout (env imports every optional package)
-PARITY_PATHS = ["tests/models", "tests/test_import_official.py", "tests/test_sampling.py", "tests/learners",
-                "tests/test_sharding.py"]
+PARITY_PATHS = ["tests/models", "tests/test_import_official.py", "tests/sampling/test_sampling.py", "tests/learners",
+                "tests/runtime/test_sharding.py"]
 VERSIONS = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "torch", "transformers", "numpy", "tokenizers")
 OPTIONAL = ("pytest", "ml_collections", "absl", "clu", "tensorboard", "tensorflow", "tensorflow_datasets", "peft",
             "accelerate", "matplotlib", "psutil", "scipy")

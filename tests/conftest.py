@@ -41,7 +41,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 # with the platform's default, as a user's run does.
 import pytest  # noqa: E402
 
-PARITY = ("tests/models/", "tests/learners/", "tests/test_sampling.py", "tests/test_sharding.py")
+PARITY = ("tests/models/", "tests/learners/", "tests/sampling/test_sampling.py", "tests/runtime/test_sharding.py")
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -277,7 +277,7 @@ def test_a_run_starts_from_the_imported_critic(tmp_path, bases, trainer_file):
     from archer_jax.train import build_agent
     from archer_jax.learners import official_critic
     from safetensors.numpy import load_file
-    from tests.train.test_train_app import micro
+    from tests.run.test_train_app import micro
 
     path, _, _, _ = trainer_file
     written = import_official.convert(path, tmp_path / "out", base=str(bases[0]), critic_base=str(bases[1]))
@@ -303,7 +303,7 @@ def jax_leaves(tree):
 def test_critic_init_config_errors(tmp_path):
     from archer_jax import config as config_lib
     from archer_jax.errors import ConfigError
-    from tests.train.test_train_app import micro
+    from tests.run.test_train_app import micro
 
     c = micro(sft__steps=0)
     c.model.critic_init = str(tmp_path / "missing.safetensors")

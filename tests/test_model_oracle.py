@@ -115,7 +115,7 @@ def test_lm_oracle_answers_with_a_causal_lm(tmp_path):
 
 
 def config_with(oracle: str, **env):
-    from tests.train.test_train_app import micro
+    from tests.run.test_train_app import micro
 
     c = micro()
     c.env.options.oracle = oracle

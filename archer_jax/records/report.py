@@ -158,7 +158,7 @@ def write_summary(workdir: Path, summary: Mapping[str, Any]) -> Path:
 
 # The optimal scripted expert (archer_jax/envs/experts.py) over every secret of the game, alone
 # in the env with 20 turns: (mean return, most turns it needs). A reference for learning curves;
-# tests/test_report.py plays it again and checks these numbers.
+# tests/records/test_report.py plays it again and checks these numbers.
 OPTIMAL_EXPERT = {
     "twenty_questions_subset": (-3.1, 6),  # 10 objects: 4.1 questions on average
     "twenty_questions": (-7.101910828025478, 11),  # 157 objects: 8.1 questions

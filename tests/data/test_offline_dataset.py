@@ -16,7 +16,7 @@ from archer_jax.data import dialogues, sources
 from archer_jax.data.offline_replay import dataset_env, open_dataset, saved_state
 from archer_jax.errors import ConfigError
 from archer_jax.run import preflight
-from tests.train.test_offline_app import offline_micro
+from tests.agents.test_offline_app import offline_micro
 
 
 def games(count: int, turns: int = 1) -> list[dict]:

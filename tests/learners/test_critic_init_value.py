@@ -44,7 +44,7 @@ def test_the_key_is_checked():
 
 
 def test_a_critic_from_elsewhere_refuses_the_key(tmp_path):
-    from tests.train.test_train_app import micro
+    from tests.run.test_train_app import micro
 
     c = micro(critic_init_value=-3.0)
     c.model.critic_init = str(tmp_path / "critic_init.safetensors")
@@ -54,7 +54,7 @@ def test_a_critic_from_elsewhere_refuses_the_key(tmp_path):
 
 def test_an_agents_fresh_critic_and_its_target_start_there(tmp_path):
     from archer_jax.train import build_agent
-    from tests.train.test_train_app import micro
+    from tests.run.test_train_app import micro
 
     agent = build_agent(micro(critic_init_value=VALUE, sft__steps=0), tmp_path / "run")
     try:

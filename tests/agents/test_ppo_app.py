@@ -12,7 +12,7 @@ import pytest
 from archer_jax import config as config_lib
 from archer_jax.errors import ConfigError
 from archer_jax.train import train_and_evaluate
-from tests.train.test_train_app import assert_same_tree, micro_of, restored, without_time
+from tests.run.test_train_app import assert_same_tree, micro_of, restored, without_time
 
 
 def ppo_micro(**overrides):

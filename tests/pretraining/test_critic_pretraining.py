@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from archer_jax.run.warm_start import critic_start
-from tests.train.test_sft_start import warm_started
-from tests.train.test_train_app import assert_same_tree, micro
+from tests.pretraining.test_sft_start import warm_started
+from tests.run.test_train_app import assert_same_tree, micro
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from archer_jax.config import validate
 from archer_jax.errors import ConfigError
 from archer_jax.plan.command import check_json_path
 from archer_jax.plan.planner import Plan, ProgramPlan, not_fitting_line
-from tests.train.test_train_app import micro
+from tests.run.test_train_app import micro
 
 OOM = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 16.74G of "
        "15.75G hbm. Exceeded hbm capacity by 1006.31M.")

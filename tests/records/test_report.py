@@ -235,7 +235,7 @@ def _seconds(text: str) -> float:
 def _readme_iteration_lines() -> list[str]:
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     return [line for line in text.splitlines() if line.startswith("iteration ") and " | env samples " in line]
 
 

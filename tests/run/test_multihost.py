@@ -20,7 +20,7 @@ import pytest
 
 from archer_jax.records.checkpoint import Checkpoints
 from archer_jax.runtime import distributed
-from tests.train.test_train_app import CONFIG, micro, restored, without_time
+from tests.run.test_train_app import CONFIG, micro, restored, without_time
 
 pytestmark = pytest.mark.slow
 

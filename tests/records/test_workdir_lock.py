@@ -1,6 +1,6 @@
 """One run per workdir (archer_jax/records/workdir_lock.py): a second run on a locked workdir is refused in
 one line, a lock left by a process that is gone is taken over with a warning, and the lock goes
-with the run (tests/train/test_train_app.py checks that a finished run leaves none)."""
+with the run (tests/run/test_train_app.py checks that a finished run leaves none)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from archer_jax.errors import TrainingError
 from archer_jax.records import workdir_lock
 from archer_jax.records.workdir_lock import LOCK, WorkdirInUse, WorkdirLock
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_lock(workdir: Path, **holder) -> None:
@@ -155,7 +155,7 @@ except WorkdirInUse as e:
 def test_the_processes_of_one_run_share_the_lock_and_all_refuse_a_held_workdir(tmp_path):
     """Two processes (jax.distributed on localhost): the primary holds the lock, the other does not
     refuse its own run; on a workdir another run holds, both stop with the same line."""
-    from tests.train.test_multihost import free_port
+    from tests.run.test_multihost import free_port
 
     def both() -> list[str]:
         port = free_port()

@@ -16,7 +16,7 @@ from archer_jax.learners.train_state import States
 from archer_jax.rollout import snapshot
 from archer_jax.run import preflight
 from archer_jax.train import train_and_evaluate
-from tests.train.test_train_app import (_complete_steps, _wait_for, assert_same_tree, cli, micro, micro_of, restored,
+from tests.run.test_train_app import (_complete_steps, _wait_for, assert_same_tree, cli, micro, micro_of, restored,
                                         without_time)
 
 AHEAD = dict(iterations=4, save_freq=2, eval_freq=2, rollout__staleness=1)

@@ -18,7 +18,7 @@ from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.train_state import States
 from archer_jax.plan import planner, slices
 from archer_jax.train import train_and_evaluate
-from tests.train.test_train_app import micro
+from tests.run.test_train_app import micro
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ from archer_jax.run import warm_start
 from archer_jax.train import build_agent
 from archer_jax.errors import ConfigError
 from archer_jax.train import train_and_evaluate
-from tests.train.test_train_app import assert_same_tree, micro, micro_of, restored, without_time
+from tests.run.test_train_app import assert_same_tree, micro, micro_of, restored, without_time
 
 
 def offline_micro(file: str = "20q_offline.py", **overrides):

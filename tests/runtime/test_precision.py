@@ -16,7 +16,7 @@ from archer_jax.models.tokenizer import Tokens
 from archer_jax.runtime import precision
 from archer_jax.sampling import SamplingParams
 from archer_jax.train import build_agent
-from tests.train.test_train_app import micro
+from tests.run.test_train_app import micro
 
 
 def dot_precisions(lowered) -> list[str]:

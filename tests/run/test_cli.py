@@ -23,7 +23,7 @@ from archer_jax.pretraining import sft
 from archer_jax.run import cli, preflight
 from archer_jax.run import loop as train
 from archer_jax.runtime import xla_flags
-from tests.train.test_train_app import CONFIG, micro
+from tests.run.test_train_app import CONFIG, micro
 
 # ---- helpers ------------------------------------------------------------------------------
 
@@ -352,7 +352,7 @@ def test_cli_bad_input_is_one_line_and_exit_1(flags, message, tmp_path):
 
 # ---- flags a user gives as documented; values no run can hold ----------------------------------
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

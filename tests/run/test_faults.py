@@ -28,7 +28,7 @@ from archer_jax.records.checkpoint import Checkpoints
 from archer_jax.records.interrupts import Interrupts
 from archer_jax.records.loop_state import LoopState
 from archer_jax.train import train_and_evaluate
-from tests.train.test_train_app import _complete_steps, assert_same_tree, micro, restored
+from tests.run.test_train_app import _complete_steps, assert_same_tree, micro, restored
 
 pytestmark = pytest.mark.slow  # every test here but the last trains or resumes a run
 

@@ -14,7 +14,7 @@ from archer_jax.plan import slices
 from archer_jax.config import validate
 from archer_jax.models import build_tiny
 from archer_jax.plan.planner import not_fitting_line, plan_run
-from tests.train.test_train_app import ROOT, micro
+from tests.run.test_train_app import ROOT, micro
 
 pytestmark = pytest.mark.slow
 libtpu = pytest.importorskip("libtpu", reason="the tpu extra (libtpu) compiles for TPU slices")

@@ -15,7 +15,7 @@ from archer_jax.pretraining import sft, sft_cache
 from archer_jax.records import report
 from archer_jax.run.warm_start import sft_start
 from archer_jax.train import build_agent
-from tests.train.test_train_app import assert_same_tree, micro
+from tests.run.test_train_app import assert_same_tree, micro
 
 FAMILIES = {
     "archer": {},

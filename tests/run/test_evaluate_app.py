@@ -15,7 +15,7 @@ from archer_jax import evaluate, play
 from archer_jax.errors import ConfigError
 from archer_jax.trained import TrainedRun
 from archer_jax.train import train_and_evaluate
-from tests.train.test_train_app import micro
+from tests.run.test_train_app import micro
 
 pytestmark = pytest.mark.slow
 METRICS = ("return", "success", "invalid", "length")
