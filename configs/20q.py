@@ -10,46 +10,34 @@ rollouts of 128 dialogues, 50 critic steps of 32 x 8 transitions per iteration, 
 after 20 warm-up iterations.
 
 ``tiny`` is the embedded default: it needs no download (tiny GPT-2 / RoBERTa built offline with
-their own tokenizers, the embedded knowledge-base oracle) and learns on a laptop CPU in minutes.
+their own tokenizers, the embedded knowledge-base oracle) and runs on a laptop CPU in minutes.
 It plays the paper's 10-object subset of the game (a 2-layer, 64-wide policy cannot hold a
 decision tree over all 157 objects), warm-started by SFT on dialogues of two scripted experts (one
 optimal, one asking informative questions in random order), so there is room for RL to improve
-on the imitation.
-
-The tiny critic's encoder (built offline, random) is first trained by 300 masked-LM steps on the
-SFT dialogues' texts (``critic_pretrain``): a random encoder's pooled embeddings of different
-dialogues agree to a cosine of 1.0000 and differ by 0.5% of their size, after the pretraining by
-about 20%, so the critic's heads have something to tell utterances apart by. The tiny critic reads
-each utterance after the dialogue it answers (``model.critic_action="in_context"``), so that it can
-see a repeated question; the official critic encodes the utterance alone, and with it this
-preset's greedy policy falls into repeating one question (greedy -5.19 -> -9.39 on 3 seeds; with the
-utterance in context -5.27, its warm start's level: this preset does not improve on its SFT start).
+on the imitation. The critic's encoder (built offline, random) is first trained by 300
+masked-LM steps on the SFT dialogues' texts (``critic_pretrain``), as the paper's critic starts
+from a pretrained RoBERTa, and it reads each utterance after the dialogue it answers
+(``model.critic_action="in_context"``), so that it can see a repeated question.
 
 ``micro`` is ``tiny`` cut to seconds of work, for tests (no critic pretraining; the official
 critic, which encodes the utterance alone).
 
 ``weak`` is ``tiny`` with a weak start, a setting where the methods separate: SFT on dialogues of
 which one in four is the optimal expert's and three are a random player's (random questions of the
-game, now and then a random guess), so the warm-started policy wins about a quarter of the
-evaluation games (eval return -9.1, success 0.28, where the optimal expert's return is -3.1), and
-40 iterations for RL to climb from there. ``benchmarks/learning_hard.py`` compares the methods on it.
-Most of that policy's sampled turns are invalid questions. Its ArCHer takes 4x the tiny preset's
-learner steps (40 critic and 12 actor steps an iteration: nearer the official update-to-data ratio)
-and starts its critic's heads at -9, the value of a game lost at the 12-turn limit: with the tiny
-preset's 10 and 3 steps and a critic from 0 its critic barely tells states apart for 20 iterations
-and its sampled play hardly improves (the ablations in benchmarks/README.md).
+game, now and then a random guess), and 40 iterations for RL to climb from there
+(``benchmarks/learning_hard.py`` compares the methods on it). Its ArCHer takes 4x the tiny
+preset's learner steps (40 critic and 12 actor steps an iteration: nearer the official
+update-to-data ratio) and starts its critic's heads at -9, the value of a game lost at the
+12-turn limit.
 
 ``small`` is the full game (157 objects, 20 turns, the embedded oracle) on a CPU: a 4-layer,
 128-wide GPT-2 and a matching RoBERTa built offline (``small:gpt2``, ``small:roberta``), SFT on
-1024 of the optimal expert's dialogues (600 steps, about 15 minutes on a 2-core CPU). The policy
-learns the expert's question tree but not every leaf, so it wins about a third of the evaluation
-games (greedy -16.3, success 0.28; sampled -15.5, 0.34), against the expert's -8: room for RL to
-climb. Its ArCHer takes the weak start's recipe (40 critic and 12 actor steps an iteration, the
-critic's heads from -13, a lost game's value). The start is sensitive: an SFT that differed from it only in float rounding (another
-compiled program over the same arithmetic) played greedy -14.4, success 0.44, so runs compared
-with each other should share one SFT (``--config.sft.cache``). A mix with faulty experts (random order, redundant questions) leaves this policy far from
-fitting after the same steps (SFT loss 12 per utterance against 0.3): it never names an object
-and wins no game, and RL cannot climb from a start where every game scores -20.
+1024 of the optimal expert's dialogues (600 steps). Its ArCHer takes the weak start's recipe
+(40 critic and 12 actor steps an iteration, the critic's heads from -13, a lost game's value).
+Runs compared with each other should share one SFT start (``--config.sft.cache``).
+
+What each preset was measured to do (returns, the ablations behind these choices) is in the
+README's learning section and in benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -70,13 +58,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         "learner.actor_lr": 1e-5, "env.max_turns": 12,
         "sft.steps": 300, "sft.lr": 1e-3, "sft.batch_size": 32, "sft.dialogues": 256,
         "sft.experts": "optimal,random_order",  # half the dialogues ask informative questions in random order
-        # The critic's encoder is built offline with random weights, whose pooled embeddings of two
-        # dialogues are all but equal: masked-LM steps on the SFT dialogues first (the paper's critic
-        # starts from a pretrained RoBERTa). 0 turns it off.
+        # Masked-LM steps on the SFT dialogues for the critic's random encoder first (the paper's
+        # critic starts from a pretrained RoBERTa). 0 turns it off.
         "critic_pretrain.steps": 300, "critic_pretrain.lr": 3e-3,
         # The critic reads each utterance after the dialogue it answers, so that it can see a
-        # question asked before: with the official critic's separate utterance this preset's
-        # greedy policy falls into repeating one question (greedy -5.19 -> -9.39 on 3 seeds).
+        # question asked before (the official critic encodes the utterance alone).
         "model.critic_action": "in_context",
     }, micro={
         "model.critic_action": "utterance",
