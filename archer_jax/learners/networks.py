@@ -115,14 +115,11 @@ class Networks:
         return traced_with(functools.partial(step, *static), self.matmul_precision)
 
     def compile_step(self, step, state_shardings: TrainState, *inputs, limit: int | None | str = "networks") -> StepProgram:
-        """``step(state, *inputs)`` jitted on this mesh with these micro-batch settings, as
-        :func:`archer_jax.learners.step_program.compile_step` does (its state donated, its metrics
-        replicated; ``limit``: another micro-batch limit). It builds the :class:`StepProgram`
-        itself, so an agent is two calls from ``jax.jit``."""
+        """``step(state, *inputs)`` as a :class:`StepProgram` on this mesh with these micro-batch
+        settings (its state donated, its metrics replicated; ``limit``: another micro-batch limit)."""
         return StepProgram(step, mesh=self.mesh, micro_batch_size=self.micro_batch_size,
                            limit=self.micro_batch_limit if limit == "networks" else limit, donate_argnums=(0,),
-                           in_shardings=(state_shardings, *inputs),
-                           out_shardings=(state_shardings, shd.replicated(self.mesh)))
+                           in_shardings=(state_shardings, *inputs), out_shardings=(state_shardings, shd.replicated(self.mesh)))
 
     # ---- states -----------------------------------------------------------------------------
 
