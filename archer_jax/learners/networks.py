@@ -27,7 +27,7 @@ from archer_jax.learners.actor import Actor
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import DoubleCritic
 from archer_jax.learners.micro_batching import AUTO
-from archer_jax.learners.step_program import StepProgram, abstract, is_abstract
+from archer_jax.learners.step_program import StepProgram, abstract, compile_step, is_abstract
 from archer_jax.learners.train_state import TrainState
 from archer_jax.models.tokenizer import Tokens
 from archer_jax.runtime import sharding as shd
@@ -115,11 +115,10 @@ class Networks:
         return traced_with(functools.partial(step, *static), self.matmul_precision)
 
     def compile_step(self, step, state_shardings: TrainState, *inputs, limit: int | None | str = "networks") -> StepProgram:
-        """``step(state, *inputs)`` as a :class:`StepProgram` on this mesh with these micro-batch
-        settings (its state donated, its metrics replicated; ``limit``: another micro-batch limit)."""
-        return StepProgram(step, mesh=self.mesh, micro_batch_size=self.micro_batch_size,
-                           limit=self.micro_batch_limit if limit == "networks" else limit, donate_argnums=(0,),
-                           in_shardings=(state_shardings, *inputs), out_shardings=(state_shardings, shd.replicated(self.mesh)))
+        """``step(state, *inputs)`` on this mesh with these micro-batch settings
+        (:func:`archer_jax.learners.step_program.compile_step`; ``limit``: another micro-batch limit)."""
+        return compile_step(step, state_shardings, *inputs, mesh=self.mesh, micro_batch_size=self.micro_batch_size,
+                            limit=self.micro_batch_limit if limit == "networks" else limit)
 
     # ---- states -----------------------------------------------------------------------------
 
