@@ -343,13 +343,10 @@ def _check_data(c: ml_collections.ConfigDict) -> None:
 
 
 def _check_rollout_groups(c: ml_collections.ConfigDict, given: dict) -> None:
-    """Rollout groups cut ``rollout_size``; PPO's separate value model needs the policy's weights to train."""
+    """Rollout groups cut ``rollout_size``."""
     k = given["rollout_group_size"]
     if k < 1 or c.rollout_size % k:
         raise ConfigError(f"config.rollout_group_size: must be >= 1 and divide rollout_size ({c.rollout_size}), got {k}")
-    if c.agent == "ppo" and c.ppo.value_head == "separate" and c.model.lora.rank:
-        raise ConfigError("config.ppo.value_head: 'separate' copies the policy's weights, which a LoRA policy "
-                          f"(model.lora.rank {c.model.lora.rank}) keeps frozen; use shared or detached")
 
 
 def _construct(c: ml_collections.ConfigDict):

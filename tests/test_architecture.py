@@ -7,6 +7,7 @@ The layers, lowest first (README, "Layout"): a module may import its own layer a
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -256,6 +257,34 @@ def test_no_module_below_the_agents_imports_them():
     below = [name for name in MODULES if layer(name) < layer("archer_jax.agents")]
     offenders = {name: sorted(i for i in GRAPH[name] if i.startswith("archer_jax.agents")) for name in below}
     assert not {k: v for k, v in offenders.items() if v}
+
+
+_AGENT_SWITCH = re.compile(r"""\.agent\s*(==|!=|in|not in)\s*[("'\[]""")
+
+
+def agent_switches(package: Path) -> list[str]:
+    """``path:line`` of each comparison of a config's agent with a name outside ``agents/`` (an
+    algorithm's special case belongs in its own module, reached through the registry)."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.relative_to(package).parts[0] == "agents":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if _AGENT_SWITCH.search(line):
+                found.append(f"{path.relative_to(package)}:{number}")
+    return found
+
+
+def test_no_switch_on_the_agent_name_outside_the_agents():
+    assert agent_switches(PACKAGE) == []
+
+
+def test_the_agent_switch_check_can_fail(tmp_path):
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "ppo.py").write_text('if c.agent == "ppo":\n    pass\n')  # the agents' own: allowed
+    (tmp_path / "config.py").write_text('x = 1\nif c.agent == "ppo" and c.ppo.value_head:\n    pass\n'
+                                        'waits = config.agent in ("archer", "offline_archer")\n')
+    assert agent_switches(tmp_path) == ["config.py:2", "config.py:4"]
 
 
 def test_every_config_default_is_its_dataclass_default():

@@ -134,6 +134,11 @@ class Agent:
         return scoring_samples(config_of(cls.Config, run_config), run_config)
 
     @classmethod
+    def actor_waits_for_warmup(cls, config) -> bool:
+        """Whether this agent's actor steps wait for ``warmup_iter`` critic-only iterations (none here)."""
+        return False
+
+    @classmethod
     def networks_for(cls, config) -> NetworkSpec:
         """The networks a run of this agent builds: by default the critic, and the actor's value
         head when the actor loss needs one."""

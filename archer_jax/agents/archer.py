@@ -90,6 +90,11 @@ class ArCHer(Agent):
         self.critic_step = critic_step(self.networks, self.critic_tx, config.learner)
         self.actor_step = actor_step(self.networks, self.actor_tx, self.critic_tx, config.learner)
 
+    @classmethod
+    def actor_waits_for_warmup(cls, config: Config) -> bool:
+        """The actor steps start after ``warmup_iter`` critic-only iterations."""
+        return config.actor_steps > 0
+
     def init_critic(self, params=None, target=None):
         """The critic's state with a fresh optimizer: from ``params`` and ``target`` (another run's),
         else the built critic with its heads' output bias at ``critic_init_value``."""

@@ -118,6 +118,11 @@ class CHAI(archer.ArCHer):
     name = "chai"
     Config = Config
 
+    @classmethod
+    def actor_waits_for_warmup(cls, config: Config) -> bool:
+        """CHAI's policy is frozen: no actor step waits."""
+        return False
+
     def act(self, states: States, observations: Sequence[str], key: jax.Array, greedy: bool = False,
             rows: Sequence[int] | None = None) -> list[str]:
         """CHAI's choice among samples (the same rule in evaluation: ``greedy`` is not used)."""

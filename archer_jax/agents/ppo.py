@@ -131,6 +131,20 @@ class PPO(archer.ArCHer):
     Config = Config
 
     @classmethod
+    def config_of(cls, run_config) -> Config:
+        """PPO's ``Config`` from a run's config; a separate value model needs the policy's weights to train."""
+        config = super().config_of(run_config)
+        if config.ppo.value_head == "separate" and run_config.model.lora.rank:
+            raise ValueError("ppo.value_head: 'separate' copies the policy's weights, which a LoRA policy "
+                             f"(model.lora.rank {run_config.model.lora.rank}) keeps frozen; use shared or detached")
+        return config
+
+    @classmethod
+    def actor_waits_for_warmup(cls, config: Config) -> bool:
+        """``archer_hierarchical``'s PPO steps wait for its utterance critic's warm-up."""
+        return config.ppo.estimator.needs_critic and config.actor_steps > 0
+
+    @classmethod
     def networks_for(cls, config: Config) -> NetworkSpec:
         """The utterance critic for ``archer_hierarchical`` only; the actor's value head (or value
         model) for the estimators that read values."""

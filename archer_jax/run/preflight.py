@@ -63,11 +63,10 @@ def check(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None
 def warn_critic_only(config: ml_collections.ConfigDict) -> None:
     """Says in one line when ``warmup_iter`` leaves no iteration to the actor (a critic-only run,
     which a resume with more ``iterations`` continues)."""
-    agent_config = agents.get(config.agent).config_of(config)
-    warmup, steps = getattr(agent_config, "warmup_iter", 0), getattr(agent_config, "actor_steps", 0)
-    waits = config.agent in ("archer", "offline_archer") or (
-        config.agent == "ppo" and config.ppo.adv_estimator == "archer_hierarchical")
-    if waits and steps and warmup >= config.iterations:
+    agent = agents.get(config.agent)
+    agent_config = agent.config_of(config)
+    if agent.actor_waits_for_warmup(agent_config) and agent_config.warmup_iter >= config.iterations:
+        warmup = agent_config.warmup_iter
         log.warning("config.warmup_iter=%d >= config.iterations=%d: this run trains the critic only (the actor "
                     "starts after iteration %d; a resume with more iterations gets there)", warmup, config.iterations,
                     warmup)
