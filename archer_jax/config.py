@@ -342,13 +342,6 @@ def _check_data(c: ml_collections.ConfigDict) -> None:
                               "python -m archer_jax.import_official trainer.pt --out DIR)")
 
 
-def _check_rollout_groups(c: ml_collections.ConfigDict, given: dict) -> None:
-    """Rollout groups cut ``rollout_size``."""
-    k = given["rollout_group_size"]
-    if k < 1 or c.rollout_size % k:
-        raise ConfigError(f"config.rollout_group_size: must be >= 1 and divide rollout_size ({c.rollout_size}), got {k}")
-
-
 def _construct(c: ml_collections.ConfigDict):
     """Every config dataclass of ``c``: the groups' (:data:`GROUPS`), then the agent's ``Config``,
     which it returns; a ValueError becomes the ConfigError naming the key."""
@@ -388,7 +381,6 @@ def validate(config: ml_collections.ConfigDict, *, weights: bool = True) -> None
     agent_config = _construct(c)  # the dataclasses' checks: every group's and the agent's keys
     _check_micro_batch_size(c)
     _check_data(c)
-    _check_rollout_groups(c, given)
     _check_model("model.policy", c.model.policy, CAUSAL_KINDS, weights)
     if agents.get(c.agent).networks_for(agent_config).critic:
         _check_model("model.critic", c.model.critic, ("roberta",), weights)

@@ -44,6 +44,9 @@ class LoopConfig:
     init_from: str = ""
     iterations: int = 2000
     rollout_size: int = 128  # dialogues collected per iteration
+    # Rollouts per game: rollout_size / k games, each played k times in a row (GRPO's groups; 1 =
+    # every dialogue its own game).
+    rollout_group_size: int = 1
     eval_size: int = 32  # greedy dialogues per evaluation
     capacity: int = 100_000  # replay buffer transitions
     # An optimizer step takes batch_size x grad_accum_steps transitions (the official code's two
@@ -71,6 +74,9 @@ class LoopConfig:
         if self.capacity < step:  # it would train on the same few transitions, over and over
             raise ValueError(f"capacity: {self.capacity} transitions hold less than one optimizer step's batch "
                              f"(batch_size {self.batch_size} x grad_accum_steps {self.grad_accum_steps} = {step})")
+        k = self.rollout_group_size
+        if k < 1 or self.rollout_size % k:
+            raise ValueError(f"rollout_group_size: must be >= 1 and divide rollout_size ({self.rollout_size}), got {k}")
 
 
 @dataclasses.dataclass(frozen=True)

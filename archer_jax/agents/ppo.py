@@ -49,9 +49,6 @@ class Config(archer.Config):
     agent: ClassVar[str] = "ppo"
 
     ppo: PPOConfig = group(PPOConfig)
-    # Rollouts per game: rollout_size / k games, each played k times in a row (GRPO's groups; 1 =
-    # every dialogue its own game). A top-level key: the rollouts of every agent follow it.
-    rollout_group_size: int = 1
     rollout: RolloutConfig = group(RolloutConfig)
 
     def __post_init__(self):
@@ -60,10 +57,6 @@ class Config(archer.Config):
             raise ValueError(f"rollout.staleness: PPO learns on-policy (its ratios are to the policy it starts the "
                              f"iteration with), so its dialogues cannot be collected ahead; set 0, not "
                              f"{self.rollout.staleness}")
-        k = self.rollout_group_size
-        if self.ppo.estimator.needs_groups and k < 2:
-            raise ValueError(f"rollout_group_size: adv_estimator {self.ppo.adv_estimator!r} compares rollouts of "
-                             f"one game, so it needs at least 2 per game (got {k}); e.g. --config.rollout_group_size=4")
 
 
 def latest_positions(replay: ReplayBuffer, episodes: int) -> np.ndarray:
@@ -132,8 +125,13 @@ class PPO(archer.ArCHer):
 
     @classmethod
     def config_of(cls, run_config) -> Config:
-        """PPO's ``Config`` from a run's config; a separate value model needs the policy's weights to train."""
+        """PPO's ``Config`` from a run's config: GRPO's groups need two rollouts a game or more, and a
+        separate value model needs the policy's weights to train."""
         config = super().config_of(run_config)
+        k = run_config.rollout_group_size  # the loop's key: every agent's rollouts follow it
+        if config.ppo.estimator.needs_groups and k < 2:
+            raise ValueError(f"rollout_group_size: adv_estimator {config.ppo.adv_estimator!r} compares rollouts of "
+                             f"one game, so it needs at least 2 per game (got {k}); e.g. --config.rollout_group_size=4")
         if config.ppo.value_head == "separate" and run_config.model.lora.rank:
             raise ValueError("ppo.value_head: 'separate' copies the policy's weights, which a LoRA policy "
                              f"(model.lora.rank {run_config.model.lora.rank}) keeps frozen; use shared or detached")
