@@ -21,7 +21,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("agent, overrides, waits", CASES, ids=[f"{a}-{'-'.join(f'{k}={v}' for k, v in o.items()) or 'default'}" for a, o, _ in CASES])
+def _case_id(case: tuple) -> str:
+    agent, overrides, _ = case
+    return "-".join([agent, *(f"{k}={v}" for k, v in overrides.items())])
+
+
+@pytest.mark.parametrize("agent, overrides, waits", CASES, ids=[_case_id(case) for case in CASES])
 def test_an_agent_says_whether_its_actor_waits_for_the_warmup(agent, overrides, waits):
     c = config_lib.base_config()
     c.agent = agent
