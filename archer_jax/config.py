@@ -24,11 +24,13 @@ key beside its name in the official code. Keys renamed since 0.1 are in :data:`R
 or command line that uses one fails with one line naming the new key. One line of documentation
 per key is in :mod:`archer_jax.config_docs` (``--help`` prints them with the defaults).
 
-:func:`validate` checks a finished config (after ``--config.x=...`` overrides) and raises
-:class:`~archer_jax.errors.ConfigError` with one line naming the key: unknown keys (with the
-closest known one), wrong types, then the dataclasses' checks (unknown names, values out of
-range), then what crosses groups (micro-batches that cut the batches, a dataset for the env, a
-policy or critic directory that exists). :mod:`archer_jax.run.preflight` adds the checks that need the
+:func:`validate` checks a finished config (after ``--config.x=...`` overrides) and returns it
+typed, as a :class:`RunConfig` (the loop's keys, each group's dataclass and the agent's
+``Config``), which the run, its parts, the agents and the plan read; the ConfigDict stays only
+for the records. It raises :class:`~archer_jax.errors.ConfigError` with one line naming the key:
+unknown keys (with the closest known one), wrong types, then the dataclasses' checks (unknown
+names, values out of range), then what crosses groups (micro-batches that cut the batches, a
+dataset for the env, a policy or critic directory that exists). :mod:`archer_jax.run.preflight` adds the checks that need the
 workdir, the devices or the models' ``config.json``.
 """
 
@@ -38,6 +40,7 @@ import dataclasses
 import difflib
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import ml_collections
 
@@ -83,12 +86,34 @@ RENAMED = {
 
 # The config groups and their dataclasses, which hold their defaults and checks: (group, its
 # dataclasses, the fields that are no keys); "" is the top level (the agents add theirs).
-# validate() constructs these for every run; the offline agents' Config holds the offline group.
+# validate() constructs these for every run (the offline agents' Config holds the offline group too)
+# into the typed RunConfig.
 GROUPS = (("", (LoopConfig,), ()), ("model", (ModelConfig,), ()), ("model.lora", (LoRAConfig,), ()),
           ("env", (EnvConfig,), ()), ("learner", (LearnerConfig, IQLConfig), ("distribution",)), ("ppo", (PPOConfig,), ()),
           ("sampling", (SamplingParams,), ("greedy", "stop_strings", "stop_at_eos")), ("sft", (SFTConfig,), ()),
           ("critic_pretrain", (CriticPretrainConfig,), ()), ("mesh", (MeshConfig,), ()), ("rollout", (RolloutConfig,), ()))
 AGENT_GROUPS = (("offline", (DatasetConfig,), ()),)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig(LoopConfig):
+    """A validated run config, typed: the loop's keys (:class:`LoopConfig`), each group's dataclass
+    and the agent's ``Config`` (``algorithm``). :func:`validate` builds it; the run, its parts, the
+    agents and the plan read it. ``source`` is the config as given, for the records only
+    (config.json, the hyperparameters logged, a resume's comparison)."""
+
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
+    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
+    sampling: SamplingParams = dataclasses.field(default_factory=SamplingParams)
+    sft: SFTConfig = dataclasses.field(default_factory=SFTConfig)
+    critic_pretrain: CriticPretrainConfig = dataclasses.field(default_factory=CriticPretrainConfig)
+    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+    offline: DatasetConfig = dataclasses.field(default_factory=DatasetConfig)
+    algorithm: Any = None  # the agent's Config (archer_jax.agents), from the top-level and group keys
+    source: ml_collections.ConfigDict | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def dataclass_defaults(cls: type, skip: tuple[str, ...] = ()) -> dict:
@@ -342,20 +367,32 @@ def _check_data(c: ml_collections.ConfigDict) -> None:
                               "python -m archer_jax.import_official trainer.pt --out DIR)")
 
 
-def _construct(c: ml_collections.ConfigDict):
-    """Every config dataclass of ``c``: the groups' (:data:`GROUPS`), then the agent's ``Config``,
-    which it returns; a ValueError becomes the ConfigError naming the key."""
-    for name, classes, skip in GROUPS:
-        for cls in classes:
-            keys = set(dataclass_defaults(cls, skip))
-            try:
-                cls(**{k: v for k, v in group_at(c, name).items() if k in keys})
-            except ValueError as e:
-                raise ConfigError(f"config.{name + '.' if name else ''}{e}") from None
+def _build(cls: type, c: ml_collections.ConfigDict, group: str, skip: tuple[str, ...] = ()):
+    """``cls`` from the keys of ``c``'s group ``group`` that it has; a ValueError becomes the
+    ConfigError naming the key."""
+    keys = set(dataclass_defaults(cls, skip))
     try:
-        return agents.get(c.agent).config_of(c)
+        return cls(**{k: v for k, v in group_at(c, group).items() if k in keys})
+    except ValueError as e:
+        raise ConfigError(f"config.{group + '.' if group else ''}{e}") from None
+
+
+def _construct(c: ml_collections.ConfigDict) -> RunConfig:
+    """Every config dataclass of ``c`` (the groups' of :data:`GROUPS`, then the agent's ``Config``),
+    as the typed :class:`RunConfig`."""
+    built = {(group, cls): _build(cls, c, group, skip) for group, classes, skip in GROUPS + AGENT_GROUPS
+             for cls in classes}
+    try:
+        algorithm = agents.get(c.agent).config_of(c)
     except ValueError as e:
         raise ConfigError(f"config.{e}") from None
+    model = dataclasses.replace(built["model", ModelConfig], lora=built["model.lora", LoRAConfig])
+    env = dataclasses.replace(built["env", EnvConfig], options=c.env.options.to_dict())
+    groups = {group: built[group, classes[0]] for group, classes, _ in GROUPS + AGENT_GROUPS if group}
+    groups.update(model=model, env=env)
+    del groups["model.lora"]
+    loop = dataclasses.asdict(built["", LoopConfig])
+    return RunConfig(**loop, **groups, algorithm=algorithm, source=c)
 
 
 def _check_int_bounds(given: dict) -> None:
@@ -366,9 +403,12 @@ def _check_int_bounds(given: dict) -> None:
             raise ConfigError(f"config.{key}: must be < 2**31 ({MAX_INT}), got {value}")
 
 
-def validate(config: ml_collections.ConfigDict, *, weights: bool = True) -> None:
-    """Raises :class:`ConfigError` (one line, naming the key) unless ``config`` can be trained
-    (``weights=False``: a hub name need not be cached while offline; a plan reads only its shapes)."""
+def validate(config: ml_collections.ConfigDict | RunConfig, *, weights: bool = True) -> RunConfig:
+    """``config`` as the typed :class:`RunConfig`; raises :class:`ConfigError` (one line, naming the
+    key) unless it can be trained (``weights=False``: a hub name need not be cached while offline;
+    a plan reads only its shapes). A RunConfig is checked again from its ``source``."""
+    if isinstance(config, RunConfig):
+        config = config.source
     given = _check_keys(config)
     c = config
 
@@ -378,10 +418,11 @@ def validate(config: ml_collections.ConfigDict, *, weights: bool = True) -> None
     if given["offline.generate_seed"] < 0:
         raise ConfigError(f"config.offline.generate_seed: must be >= 0, got {given['offline.generate_seed']}")
     _check_int_bounds(given)
-    agent_config = _construct(c)  # the dataclasses' checks: every group's and the agent's keys
+    run = _construct(c)  # the dataclasses' checks: every group's and the agent's keys
     _check_micro_batch_size(c)
     _check_data(c)
     _check_model("model.policy", c.model.policy, CAUSAL_KINDS, weights)
-    if agents.get(c.agent).networks_for(agent_config).critic:
+    if agents.get(c.agent).networks_for(run.algorithm).critic:
         _check_model("model.critic", c.model.critic, ("roberta",), weights)
-    envs.check_options(c.env.name, c)
+    envs.check_options(c.env.name, run)
+    return run

@@ -13,6 +13,7 @@ checkpointed: a resumed run draws exactly what an uninterrupted one would have.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -30,13 +31,13 @@ from archer_jax.learners.critic import DoubleCritic
 from archer_jax.learners.micro_batching import auto_limit
 from archer_jax.learners.networks import Networks
 from archer_jax.models import load_causal_lm, load_roberta, load_tokenizer
-from archer_jax.models.lora import LoRAConfig, apply_lora
+from archer_jax.models.lora import apply_lora
 from archer_jax.models.tiny import model_directory
 from archer_jax.records.step_metrics import StepMetrics
 from archer_jax.runtime import sharding as shd
 from archer_jax.runtime.distributed import host_share
 from archer_jax.runtime.precision import compute_dtype
-from archer_jax.sampling import Sampler, SamplingParams
+from archer_jax.sampling import Sampler
 from archer_jax.sampling import prompts
 from archer_jax.sampling.prompts import Prompter
 
@@ -46,7 +47,7 @@ ROLLOUT, CRITIC, ACTOR, EVAL = range(4)
 
 def with_lora(c, policy) -> list:
     """The run's LoRA adapters (``config.model.lora``) on ``policy``, in place; the projections wrapped."""
-    return apply_lora(policy, LoRAConfig(**c.model.lora), rngs=nnx.Rngs(c.seed))
+    return apply_lora(policy, c.model.lora, rngs=nnx.Rngs(c.seed))
 
 
 def prompt_length(c, policy_config) -> int:
@@ -80,14 +81,15 @@ def run_networks(c, mesh, actor: Actor, critic: DoubleCritic | None) -> Networks
 
 
 class Parts:
-    """Builds everything a run shares from ``config`` (already validated); ``spec`` (an agent's
+    """Builds everything a run shares from ``config`` (the typed
+    :class:`~archer_jax.config.RunConfig` that validation returns); ``spec`` (an agent's
     :class:`~archer_jax.agents.agent.NetworkSpec`) says which networks."""
 
     def __init__(self, config, workdir: Path, spec):
         self.config = c = config
         self.workdir = Path(workdir)
         self.key = jax.random.key(c.seed)
-        self.mesh = shd.make_mesh(**c.mesh.to_dict())  # every process's devices
+        self.mesh = shd.make_mesh(**dataclasses.asdict(c.mesh))  # every process's devices
         self.local_mesh = shd.local_mesh(self.mesh)  # this process's: its sampler plays its games
         dtype = compute_dtype(c.model.dtype, self.mesh.devices.flat[0].platform)
         precision = c.model.matmul_precision
@@ -121,7 +123,7 @@ class Parts:
                                       c.sampling.max_new_tokens, prompter,
                                       critic_action_in_context=c.model.critic_action == "in_context")
         self.acting = Acting(
-            sampler, self.pipeline, sampling=SamplingParams(**c.sampling, stop_strings=prompter.stop_strings),
+            sampler, self.pipeline, sampling=dataclasses.replace(c.sampling, stop_strings=prompter.stop_strings),
             score_stop_token=c.learner.score_stop_token,
         )
         self.batch = c.batch_size * c.grad_accum_steps

@@ -15,6 +15,7 @@ import math
 
 from archer_jax.learners.critic import EMBEDDINGS
 from archer_jax.models.layers import REMAT_POLICIES
+from archer_jax.models.lora import LoRAConfig
 from archer_jax.runtime.precision import DTYPES, MATMUL_PRECISIONS
 from archer_jax.sampling.prompts import PROMPT_FORMATS
 
@@ -110,6 +111,7 @@ class ModelConfig:
     # How observations become the policy's prompts and its utterances the env's actions
     # (archer_jax/sampling/prompts.py): plain (the dialogue itself) | mistral_20q (the official archer_llm's).
     prompt_format: str = "plain"
+    lora: LoRAConfig = dataclasses.field(default_factory=LoRAConfig, metadata={"group": True})  # config.model.lora
 
     def __post_init__(self):
         _choice(self, "critic_embedding", EMBEDDINGS)
@@ -136,6 +138,8 @@ class EnvConfig:
     turn_limit: str = "game"
     workers: int = 0  # worker processes for the env pool; 0 = in-process
     timeout_s: float = 120.0  # a worker silent this long is restarted
+    # Keyword arguments for the env (e.g. game_path), free-form: checked by the env's registry entry.
+    options: dict = dataclasses.field(default_factory=dict, metadata={"group": True})
 
     def __post_init__(self):
         _choice(self, "turn_limit", TURN_LIMITS)

@@ -24,7 +24,7 @@ from flax import nnx
 
 from archer_jax import models, rollout
 from archer_jax.agents.agent import Agent
-from archer_jax.config import validate
+from archer_jax.config import RunConfig, validate
 from archer_jax.errors import ConfigError
 from archer_jax.learners.train_state import States
 from archer_jax.parts import EVAL
@@ -38,7 +38,7 @@ class TrainedRun:
     """A workdir's config, its agent (built on its parts), and the networks of one checkpoint."""
 
     workdir: Path
-    config: ml_collections.ConfigDict
+    config: RunConfig
     agent: Agent
     states: States
     checkpoint: int
@@ -52,8 +52,7 @@ class TrainedRun:
         if recorded is None:
             raise ConfigError(f"--workdir: {workdir} has no readable config.json; it is not a run's workdir "
                               "(python -m archer_jax.train writes one there)")
-        config = ml_collections.ConfigDict(recorded)
-        validate(config, weights=False)
+        config = validate(ml_collections.ConfigDict(recorded), weights=False)
         checkpoints = Checkpoints(workdir / "checkpoints")
         steps = checkpoints.all_steps()
         if not steps:

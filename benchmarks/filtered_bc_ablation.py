@@ -31,6 +31,7 @@ import numpy as np
 from common import RESULTS, machine, portable
 from filtered_bc_data import dialogues, latest_buffer
 
+from archer_jax.config import validate
 from archer_jax import rollout
 from archer_jax.records.checkpoint import Checkpoints
 from archer_jax.train import build_agent
@@ -64,7 +65,7 @@ def main() -> None:
     start = time.perf_counter()
 
     config = ml_collections.ConfigDict(json.loads((args.workdir / "config.json").read_text()))
-    agent = build_agent(config, args.workdir)  # the run's filtered-BC agent on its parts
+    agent = build_agent(validate(config), args.workdir)  # the run's filtered-BC agent on its parts
     run = agent.parts
     fresh = agent.init_states()
     sft_actor, *_ = Checkpoints((args.sft_workdir or args.workdir) / "checkpoints").restore(0, actor=fresh.actor, critic=fresh.critic)

@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from archer_jax.config import validate
 from archer_jax import import_official, models
 from archer_jax import model_oracle
 from archer_jax.models.t5.generate import greedy
@@ -284,7 +285,7 @@ def test_a_run_starts_from_the_imported_critic(tmp_path, bases, trainer_file):
     c = micro(sft__steps=0)
     c.model.policy, c.model.critic = str(written["policy"]), str(written["critic"])
     c.model.critic_init = str(written["critic_init"])
-    agent = build_agent(c, tmp_path / "run")
+    agent = build_agent(validate(c), tmp_path / "run")
     run = agent.parts
     states = critic_from_file(agent, agent.init_states(), c.model.critic_init)
     tensors = load_file(written["critic_init"])

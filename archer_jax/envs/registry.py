@@ -99,7 +99,7 @@ def _detective(config) -> EnvFactory:
     options = config.env.options
     return functools.partial(
         Detective,
-        Path(options.game_path).expanduser(),
+        Path(options["game_path"]).expanduser(),
         max_steps=config.env.max_turns,
         list_valid_actions=options.get("list_valid_actions", True),
     )
@@ -218,7 +218,7 @@ def env_factory(config, oracle: OracleFactory | None = None) -> EnvFactory:
     if config.env.name in ENVS:
         spec = ENVS[config.env.name]
         return spec.factory(config) if oracle is None else spec.factory(config, oracle=oracle)
-    return functools.partial(_imported(config.env.name), **config.env.options.to_dict())
+    return functools.partial(_imported(config.env.name), **dict(config.env.options))
 
 
 def expert(config, kind: str, seed: int):

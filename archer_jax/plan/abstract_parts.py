@@ -2,7 +2,7 @@
 the models' ``config.json`` without weights (``nnx.eval_shape``), on a target's devices.
 
     parts = PlanParts(config, target.devices(), workdir)
-    agent = agent_class(parts, agent_class.config_of(config))   # the run's own steps, compiled lazily
+    agent = agent_class(parts, config.algorithm)   # the run's own steps, compiled lazily
     parts.decoder.lower(sampling, rows, prompt_length)          # the sampler's prefill and decode
 
 The agent builds its steps exactly as in a run (``parts.networks.compile_step``): the programs a
@@ -13,6 +13,7 @@ configs in the package (:func:`archer_jax.models.hub.known_config`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -59,7 +60,7 @@ class PlanParts:
 
     def __init__(self, config, devices: Sequence[jax.Device], workdir: Path, spec):
         self.config = c = config
-        self.mesh = shd.make_mesh(**c.mesh.to_dict(), devices=list(devices))
+        self.mesh = shd.make_mesh(**dataclasses.asdict(c.mesh), devices=list(devices))
         self.host_mesh = shd.local_mesh(self.mesh, process=0)  # one host's sampler plays its games here
         self.hosts = len({d.process_index for d in self.mesh.devices.flat})
         platform = self.mesh.devices.flat[0].platform

@@ -35,7 +35,7 @@ def main(argv: list[str]) -> None:
     try:
         config = cli._CONFIG.value
         config.keys()
-        validate(config, weights=False)
+        config = validate(config, weights=False)
         target = slices.get(_TARGET.value)
         if _JSON.value:
             check_json_path(Path(_JSON.value).expanduser())

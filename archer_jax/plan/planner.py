@@ -30,7 +30,6 @@ from archer_jax.plan import slices
 from archer_jax.plan.abstract_parts import PlanParts, abstract_model, model_config
 from archer_jax.plan.flops import matmul_flops
 from archer_jax.plan.memory import device_bytes
-from archer_jax.sampling.decoding import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +122,7 @@ def plan_run(config, target: slices.Target, workdir: Path, *, config_name: str =
     """Compiles every program of one iteration of ``config`` (validated) for ``target`` (``only``:
     the programs of these names, e.g. ``{"critic_step", "rollout"}``)."""
     agent_class = agents.get(config.agent)
-    agent_config = agent_class.config_of(config)
+    agent_config = config.algorithm
     parts = PlanParts(config, target.devices(), workdir, agent_class.networks_for(agent_config))
     agent = agent_class(parts, agent_config)
     c, chip = config, target.chip
@@ -162,7 +161,7 @@ def plan_run(config, target: slices.Target, workdir: Path, *, config_name: str =
         programs.append(program)
 
     # The sampler: each host plays its share of the games on its own devices.
-    sampling = SamplingParams(**c.sampling)
+    sampling = c.sampling
     decoder, hosts = parts.decoder, parts.hosts
     uses = [("rollout", c.rollout_size, c.env.max_turns)]
     if c.eval_size:

@@ -144,7 +144,7 @@ def warm_start(agent: Agent, critic: TrainState, observations: Sequence[str], ac
     c = parts.config
     networks = agent.networks
     module = nnx.merge(networks.critic_graphdef, critic.params)
-    pretraining = Pretraining(module, parts.pipeline.critic_tokenizer, CriticPretrainConfig(**c.critic_pretrain),
+    pretraining = Pretraining(module, parts.pipeline.critic_tokenizer, c.critic_pretrain,
                               mesh=parts.mesh, max_length=c.model.max_critic_length,
                               matmul_precision=networks.matmul_precision, micro_batch_size=c.learner.micro_batch_size,
                               limit=limit, max_grad_norm=c.learner.max_grad_norm)

@@ -46,7 +46,7 @@ import numpy as np
 
 from archer_jax import agents, rollout
 from archer_jax.agents.agent import Agent, timed
-from archer_jax.config import MICRO
+from archer_jax.config import MICRO, RunConfig
 from archer_jax.errors import CheckpointWriteError, ConfigError, RunInterrupted, TrainingError, one_line
 from archer_jax.learners.train_state import States
 from archer_jax.parts import Parts
@@ -70,21 +70,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, *
     need ``allow_config_changes``). SIGINT/SIGTERM/SIGHUP stop the run with a checkpoint
     (:mod:`archer_jax.records.interrupts`), raising :class:`RunInterrupted`; every stop writes the reports.
     """
-    preflight.check(config, workdir)  # validate(config), then every check that needs no model
-    _use_compilation_cache(config.compilation_cache)
+    run = preflight.check(config, workdir)  # validate(config): the typed config; every check that needs no model
+    _use_compilation_cache(run.compilation_cache)
     workdir = Path(workdir).expanduser()
     workdir.mkdir(parents=True, exist_ok=True)
     with WorkdirLock(workdir):  # one run per workdir; a second one is refused in one line
-        return _train(config, workdir, allow_config_changes)
+        return _train(run, workdir, allow_config_changes)
 
 
-def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_changes: bool) -> dict[str, Any]:
+def _train(config: RunConfig, workdir: Path, allow_config_changes: bool) -> dict[str, Any]:
     c, started = config, time.time()
     checkpoints = Checkpoints(workdir / "checkpoints", keep=c.keep_checkpoints)
     changes = _config_changes(config, workdir, checkpoints, allow_config_changes)
     agent = build_agent(c, workdir)
     parts = agent.parts
-    writers = report.Writers(workdir, use_wandb=c.use_wandb, wandb_project=c.wandb_project, config=c.to_dict())
+    writers = report.Writers(workdir, use_wandb=c.use_wandb, wandb_project=c.wandb_project, config=c.source.to_dict())
     loop, resumed_at, stop = None, 0, None
     with Interrupts() as interrupts:
         try:
@@ -171,7 +171,7 @@ def _train(config: ml_collections.ConfigDict, workdir: Path, allow_config_change
     return summary
 
 
-def _config_changes(config: ml_collections.ConfigDict, workdir: Path, checkpoints: Checkpoints,
+def _config_changes(config: RunConfig, workdir: Path, checkpoints: Checkpoints,
                     allow: bool) -> config_changes.Changes:
     """The config changes a resume applies (refused with a :class:`ConfigError` as
     :mod:`archer_jax.run.config_changes` says); writes config.json, the config in use."""
@@ -183,17 +183,17 @@ def _config_changes(config: ml_collections.ConfigDict, workdir: Path, checkpoint
             log.warning("%s has checkpoints but no readable config.json: only the seed, agent and env its checkpoint "
                         "records are compared", workdir)
         else:
-            changes = config_changes.check_resume(config_changes.diff(before, config_changes.as_json(config)), workdir,
+            changes = config_changes.check_resume(config_changes.diff(before, config_changes.as_json(config.source)), workdir,
                                                   allow)
             if changes:
                 log.warning("resuming with changed config keys: %s", ", ".join(changes))
         _check_checkpoint_record(config, workdir, checkpoints, latest)  # config.json gone, or not that run's
     if distributed.is_primary():
-        config_changes.record(workdir, config)
+        config_changes.record(workdir, config.source)
     return changes
 
 
-def _check_checkpoint_record(config: ml_collections.ConfigDict, workdir: Path, checkpoints: Checkpoints,
+def _check_checkpoint_record(config: RunConfig, workdir: Path, checkpoints: Checkpoints,
                              step: int) -> None:
     """Refuses a config whose seed, agent or env is not the one checkpoint ``step`` records (whatever
     config.json says, or when it is gone)."""
@@ -259,11 +259,11 @@ def _interrupted(signal_name: str, loop: LoopState | None, checkpoints: Checkpoi
     return f"{signal_name}: stopped after iteration {loop.iteration}; the same command resumes from checkpoint {latest}"
 
 
-def build_agent(config: ml_collections.ConfigDict, workdir: Path) -> Agent:
-    """The run's agent (``config.agent``) on the shared parts built for it: its config from the
-    run's, the networks it asks for, its compiled steps."""
+def build_agent(config: RunConfig, workdir: Path) -> Agent:
+    """The run's agent (``config.agent``) on the shared parts built for it: its config
+    (``config.algorithm``), the networks it asks for, its compiled steps."""
     agent_class = agents.get(config.agent)
-    agent_config = agent_class.config_of(config)
+    agent_config = config.algorithm
     parts = Parts(config, workdir, agent_class.networks_for(agent_config))
     try:
         return agent_class(parts, agent_config)
@@ -299,7 +299,7 @@ def _start_or_resume(agent: Agent, checkpoints: Checkpoints, writers: report.Wri
     replay = agent.new_replay()
     loop = LoopState(seed=c.seed, rng=jax.random.key_data(parts.key).tolist(), agent=c.agent, env=c.env.name)
     history.rewrite(parts.workdir, [])
-    writers.hparams(c.to_dict())
+    writers.hparams(c.source.to_dict())
     states = warm_start.start(agent, states, writers, loop)
     before = _evaluate(parts, agent.act, states, writers, 0)
     loop.evals.append(dict(iteration=0, env_samples=0, **before))
@@ -402,13 +402,13 @@ def _use_compilation_cache(directory: str) -> None:
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
-def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: LoopState, resumed_at: int,
+def _finish(c: RunConfig, workdir: Path, loop: LoopState, resumed_at: int,
             stopped: str | None = None) -> dict[str, Any]:
     """summary.json and learning_curve.png from the loop state (``stopped``: why the run stopped
     before its last iteration, if it did)."""
     evals = loop.evals
     summary = dict(
-        config=json.loads(c.to_json_best_effort()),
+        config=json.loads(c.source.to_json_best_effort()),
         agent=c.agent,
         env=c.env.name,
         iterations=loop.iteration,
@@ -434,7 +434,7 @@ def _finish(c: ml_collections.ConfigDict, workdir: Path, loop: LoopState, resume
                                offline=not agents.get(c.agent).learns_from_rollouts)
     log.info("eval return %.3f -> %.3f (success %.2f -> %.2f); wrote %s and %s%s", summary["eval_return_before"],
              summary["eval_return_after"], summary["eval_success_before"], summary["eval_success_after"],
-             workdir / report.SUMMARY, workdir / report.CURVE, _SMOKE_TEST if _is_micro(c) else "")
+             workdir / report.SUMMARY, workdir / report.CURVE, _SMOKE_TEST if _is_micro(c.source) else "")
     return summary
 
 

@@ -22,7 +22,7 @@ import jax
 import ml_collections
 
 from archer_jax import agents
-from archer_jax.config import validate
+from archer_jax.config import RunConfig, validate
 from archer_jax.data import offline_replay
 from archer_jax.envs import registry as envs
 from archer_jax.errors import ConfigError
@@ -43,10 +43,11 @@ REPLAY_SLOT_BYTES = 5 * 8 + 3 * 4 + 8
 TINY_HINT = "or run a config's :tiny preset, which needs no download (e.g. --config=configs/20q.py:tiny)"
 
 
-def check(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None:
-    """Raises :class:`ConfigError` (one line, naming the config key or the path) unless a run of
-    ``config`` in ``workdir`` can start; builds and writes nothing."""
-    validate(config)
+def check(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> RunConfig:
+    """``config`` validated (the typed :class:`~archer_jax.config.RunConfig`); raises
+    :class:`ConfigError` (one line, naming the config key or the path) unless a run of it in
+    ``workdir`` can start. Builds and writes nothing."""
+    config = validate(config)
     check_workdir(workdir)
     check_compilation_cache(config.compilation_cache)
     check_wandb(config)
@@ -58,13 +59,14 @@ def check(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None
     check_mesh(config.mesh, jax.device_count())
     check_rollout(config, jax.process_count())
     warn_critic_only(config)
+    return config
 
 
-def warn_critic_only(config: ml_collections.ConfigDict) -> None:
+def warn_critic_only(config: RunConfig) -> None:
     """Says in one line when ``warmup_iter`` leaves no iteration to the actor (a critic-only run,
     which a resume with more ``iterations`` continues)."""
     agent = agents.get(config.agent)
-    agent_config = agent.config_of(config)
+    agent_config = config.algorithm
     if agent.actor_waits_for_warmup(agent_config) and agent_config.warmup_iter >= config.iterations:
         warmup = agent_config.warmup_iter
         log.warning("config.warmup_iter=%d >= config.iterations=%d: this run trains the critic only (the actor "
@@ -72,7 +74,7 @@ def warn_critic_only(config: ml_collections.ConfigDict) -> None:
                     warmup)
 
 
-def check_rollout(config: ml_collections.ConfigDict, processes: int) -> None:
+def check_rollout(config: RunConfig, processes: int) -> None:
     """Collection one iteration ahead runs in one process: two threads' programs would interleave
     differently on several hosts."""
     if config.rollout.staleness and processes > 1:
@@ -156,7 +158,7 @@ def check_compilation_cache(directory: str) -> None:
         _check_writable_directory(Path(directory).expanduser(), "config.compilation_cache")
 
 
-def check_wandb(config: ml_collections.ConfigDict) -> None:
+def check_wandb(config: RunConfig) -> None:
     """With ``use_wandb``: the wandb package is installed."""
     if config.use_wandb and importlib.util.find_spec("wandb") is None:
         raise ConfigError("config.use_wandb: wandb is not installed (pip install wandb), or set --config.use_wandb=false")
@@ -179,7 +181,7 @@ def check_replay_capacity(capacity: int) -> None:
                           f"buffer's slots alone, and this machine has {have / 1e9:.3g} GB (the official setting is 100000)")
 
 
-def check_offline_data(config: ml_collections.ConfigDict) -> None:
+def check_offline_data(config: RunConfig) -> None:
     """An offline run's TFDS build directory (``config.offline.data_dir``) can be written, and a
     given dataset is a ``.json`` dialogue file or a directory of them that parse as the env's games
     (:func:`archer_jax.data.offline_replay.check_dataset`)."""
@@ -190,7 +192,7 @@ def check_offline_data(config: ml_collections.ConfigDict) -> None:
     offline_replay.check_dataset(config)
 
 
-def check_sft_data(config: ml_collections.ConfigDict) -> None:
+def check_sft_data(config: RunConfig) -> None:
     """With a warm start: the env has experts (``experts``) or a walkthrough (``walkthrough``), or
     the ``.jsonl`` file parses into at least one (observation, action) pair."""
     if not config.sft.steps:
@@ -213,7 +215,7 @@ def check_sft_data(config: ml_collections.ConfigDict) -> None:
         sft.read_jsonl(data)
 
 
-def check_sft_cache(config: ml_collections.ConfigDict) -> None:
+def check_sft_cache(config: RunConfig) -> None:
     """``config.sft.cache``, where a warm start uses it, is a directory or can be made one (an
     existing one that cannot be written may still hold the entry; storing then only warns)."""
     cache = config.sft.cache
@@ -239,12 +241,12 @@ def _model_config(name: str) -> tuple[str, dict] | None:
     return found.get("model_type"), found
 
 
-def check_models(config: ml_collections.ConfigDict) -> None:
+def check_models(config: RunConfig) -> None:
     """The policy's ``config.json`` describes a causal LM (GPT-2 or the Llama family) with room for
     a prompt next to ``sampling.max_new_tokens``; the critic's (when the agent has one) a RoBERTa."""
     roles = [("model.policy", config.model.policy, CAUSAL_LM_TYPES)]
     agent = agents.get(config.agent)
-    if agent.networks_for(agent.config_of(config)).critic:
+    if agent.networks_for(config.algorithm).critic:
         roles.append(("model.critic", config.model.critic, ("roberta",)))
     _check_hub_reachable(roles)
     for key, name, kinds in roles:
@@ -290,7 +292,7 @@ def _check_hub_reachable(roles: list[tuple[str, str, tuple[str, ...]]]) -> None:
                           f"pass a local directory in Hugging Face format, {TINY_HINT}")
 
 
-def check_mesh(mesh: ml_collections.ConfigDict, num_devices: int) -> None:
+def check_mesh(mesh: sharding.MeshConfig, num_devices: int) -> None:
     """``config.mesh`` fits the run's ``num_devices`` devices (every process's)."""
     try:
         sharding.mesh_shape(mesh.data, mesh.fsdp, mesh.tensor, num_devices=num_devices)

@@ -138,7 +138,7 @@ def _sft_settings(agent: Agent, limit: int | None) -> dict[str, Any]:
     """What an SFT's result depends on besides its demonstrations and starting parameters."""
     c = agent.parts.config
     devices = agent.parts.mesh.devices
-    return dict(sft={k: c.sft[k] for k in ("steps", "lr", "batch_size", "seed")}, limit=limit,
+    return dict(sft={k: getattr(c.sft, k) for k in ("steps", "lr", "batch_size", "seed")}, limit=limit,
                 max_grad_norm=c.learner.max_grad_norm, remat=c.model.remat,
                 precision=str(jax.config.jax_default_matmul_precision), mesh=dict(agent.parts.mesh.shape),
                 devices=[devices.flat[0].platform, devices.flat[0].device_kind, devices.size])

@@ -67,8 +67,7 @@ def test_a_registered_agent_s_new_step_is_planned(monkeypatch, tmp_path):
     """The plan compiles and counts the programs the agent declares, whatever their names."""
     monkeypatch.setitem(agents.AGENTS, WholeBufferBC.name, WholeBufferBC)
     c = micro(agent="whole_buffer_bc", bc_steps=3, sft__steps=0)
-    validate(c)
-    planned = planner.plan_run(c, slices.get("local"), tmp_path, only={"whole_buffer_step"})
+    planned = planner.plan_run(validate(c), slices.get("local"), tmp_path, only={"whole_buffer_step"})
     [program] = planned.programs
     assert (program.name, program.per_iteration, program.error) == ("whole_buffer_step", 3, None)
     assert program.flops > 0 and program.argument_bytes > 0

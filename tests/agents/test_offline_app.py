@@ -9,6 +9,7 @@ import logging
 
 import pytest
 
+from archer_jax.config import validate
 from archer_jax import config as config_lib
 from archer_jax.run import warm_start
 from archer_jax.train import build_agent
@@ -91,7 +92,7 @@ def test_offline_bc_agents_train_the_policy_only(agent, tmp_path):
 def test_online_archer_starts_from_the_offline_run(offline_run, tmp_path):
     workdir, c, summary, _ = offline_run
     online = micro(init_from=str(workdir), sft__steps=0, iterations=1)
-    agent = build_agent(online, tmp_path / "components")
+    agent = build_agent(validate(online), tmp_path / "components")
     run = agent.parts
     try:
         states = warm_start.initial_states(agent, agent.init_states(), workdir)

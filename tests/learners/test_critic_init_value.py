@@ -56,7 +56,7 @@ def test_an_agents_fresh_critic_and_its_target_start_there(tmp_path):
     from archer_jax.train import build_agent
     from tests.run.test_train_app import micro
 
-    agent = build_agent(micro(critic_init_value=VALUE, sft__steps=0), tmp_path / "run")
+    agent = build_agent(validate(micro(critic_init_value=VALUE, sft__steps=0)), tmp_path / "run")
     try:
         critic = agent.init_states().critic
         built = agent.networks.initial_critic_params()

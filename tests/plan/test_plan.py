@@ -22,8 +22,7 @@ libtpu = pytest.importorskip("libtpu", reason="the tpu extra (libtpu) compiles f
 
 def planned(tmp_path_factory, target: str, only=None, **overrides):
     config = micro(**overrides)
-    validate(config)
-    return plan_run(config, slices.get(target), tmp_path_factory.mktemp("plan"), only=only)
+    return plan_run(validate(config), slices.get(target), tmp_path_factory.mktemp("plan"), only=only)
 
 
 @pytest.fixture(scope="module")

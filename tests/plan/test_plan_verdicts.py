@@ -49,8 +49,7 @@ def test_a_sampler_program_xla_refuses_is_reported_not_raised(tmp_path, monkeypa
         raise RuntimeError(OOM + "\nmore of XLA's lines")
 
     monkeypatch.setattr(jax.stages.Lowered, "compile", refuse)
-    config = micro()
-    validate(config)
+    config = validate(micro())
     planned = plan_lib.plan_run(config, slices.get("local"), tmp_path, only={"rollout"})
     assert [(p.name, p.fits, p.error) for p in planned.programs] == [("rollout prefill", False, OOM),
                                                                      ("rollout decode", False, OOM)]

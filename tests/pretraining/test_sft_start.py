@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from archer_jax.config import validate
 from archer_jax.pretraining import sft, sft_cache
 from archer_jax.records import report
 from archer_jax.run.warm_start import sft_start
@@ -31,7 +32,7 @@ def _config(cache, **overrides):
 def warm_started(c, workdir, warm=sft_start, network: str = "actor"):
     """(``network``'s state after ``warm`` (``warm_start.sft_start`` or ``warm_start.critic_start``),
     its parameters as built, and the warm start's info)."""
-    agent = build_agent(c, workdir)
+    agent = build_agent(validate(c), workdir)
     try:
         states = agent.init_states()
         built = jax.device_get(getattr(states, network).params)

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 import pytest
 
+from archer_jax.config import validate
 from archer_jax.run import loop as train
 from archer_jax.records import history
 from archer_jax.records.checkpoint import Checkpoints
@@ -81,7 +82,7 @@ CORRUPTIONS = {
 @pytest.fixture(scope="module")
 def templates(finished):
     """The (actor, critic) states a restore fills, built once for the micro config."""
-    agent = train.build_agent(micro(**THREE), finished)
+    agent = train.build_agent(validate(micro(**THREE)), finished)
     try:
         states = agent.init_states()
         return states.actor, states.critic

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from archer_jax.config import validate
 from archer_jax.records.checkpoint import Checkpoints
 from archer_jax.train import build_agent
 from archer_jax.train import train_and_evaluate
@@ -46,7 +47,7 @@ def test_micro_trains_the_adapters_only_and_resumes_exactly(tmp_path):
     resumed = train_and_evaluate(c, tmp_path / "resumed")
     assert resumed["eval_return_after"] == straight["eval_return_after"]
 
-    agent = build_agent(c, tmp_path / "straight")
+    agent = build_agent(validate(c), tmp_path / "straight")
     run = agent.parts
     try:
         states = agent.init_states()
@@ -80,7 +81,7 @@ def test_the_official_setting_starts_on_a_mistral_directory(tmp_path):
     c = config("")
     c.model.policy, c.model.critic = str(tmp_path / "mistral"), "tiny:roberta"
     c.env.workers = 0
-    agent = build_agent(c, tmp_path / "run")
+    agent = build_agent(validate(c), tmp_path / "run")
     run = agent.parts
     try:
         policy = run.actor_module.policy

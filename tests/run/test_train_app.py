@@ -23,6 +23,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from archer_jax.config import validate
 from archer_jax import config as config_lib
 from archer_jax.records.checkpoint import Checkpoints
 from archer_jax.envs import registry
@@ -58,7 +59,7 @@ def cli(workdir: Path, *flags: str) -> list[str]:
 
 def restored(workdir: Path, c, step: int | None = None):
     """(actor, critic, replay, loop) of a run's checkpoint (default: the latest)."""
-    agent = build_agent(c, workdir)
+    agent = build_agent(validate(c), workdir)
     run = agent.parts
     try:
         checkpoints = Checkpoints(workdir / "checkpoints")

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from archer_jax.config import validate
 from archer_jax import acting
 from archer_jax.agents import chai
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
@@ -38,7 +39,7 @@ def programs(request, tmp_path_factory):
     """Every program one ArCHer iteration runs, built through the config, lowered."""
     c = micro()
     c.model.matmul_precision = request.param
-    agent = build_agent(c, tmp_path_factory.mktemp(f"precision_{request.param}"))
+    agent = build_agent(validate(c), tmp_path_factory.mktemp(f"precision_{request.param}"))
     run = agent.parts
     try:
         states = agent.init_states()
