@@ -22,7 +22,8 @@ is :class:`~archer_jax.parts_config.LoopConfig` plus each agent's own keys (its 
 defaults are the paper's online setting for Twenty Questions; ``docs/algorithms.md`` lists each
 key beside its name in the official code. Keys renamed since 0.1 are in :data:`RENAMED`: a config
 or command line that uses one fails with one line naming the new key. One line of documentation
-per key is in :mod:`archer_jax.config_docs` (``--help`` prints them with the defaults).
+per key is in its field (:func:`archer_jax.runtime.config_keys.key`; ``--help`` prints them with the
+defaults, and :mod:`archer_jax.config_docs` writes docs/algorithms.md's key table from them).
 
 :func:`validate` checks a finished config (after ``--config.x=...`` overrides) and returns it
 typed, as a :class:`RunConfig` (the loop's keys, each group's dataclass and the agent's
@@ -45,7 +46,6 @@ from typing import Any
 import ml_collections
 
 from archer_jax import agents
-from archer_jax.config_docs import KEY_DOCS
 from archer_jax.data.dataset_config import DatasetConfig
 from archer_jax.data.offline_replay import DATASET_ENVS
 from archer_jax.envs import registry as envs

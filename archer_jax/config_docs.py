@@ -1,116 +1,82 @@
-"""One line of documentation per config key, for ``--help`` (:mod:`archer_jax.run.cli`), which
-prints each with its default; a test checks that every key of
-:func:`archer_jax.config.base_config` has one. The longer story is in docs/algorithms.md.
+"""Each config key's one line of documentation and its name in the official code, read from the
+field that declares it (:func:`archer_jax.runtime.config_keys.key`): ``--help``
+(:mod:`archer_jax.run.cli`) prints the lines with the defaults, and docs/algorithms.md's key table
+is generated from them:
+
+    python -m archer_jax.config_docs docs/algorithms.md    # rewrites the table between its markers
+
+A test checks that every key of :func:`archer_jax.config.base_config` has a line and that the
+table in docs/algorithms.md is the one generated here.
 """
 
 from __future__ import annotations
 
-# One line of documentation per key of base_config (``--help`` prints them with the defaults; a
-# test checks that every key has one). The longer story is in docs/algorithms.md, section 10.
-KEY_DOCS: dict[str, str] = {
-    "agent": "the algorithm: archer | chai | filtered_bc | ppo | offline_archer | offline_bc | offline_filtered_bc (archer_jax.agents)",
-    "init_from": "a run directory whose newest checkpoint's policy (and critic) this run starts from (\"\" = none)",
-    "seed": "the run's seed: model initialisation, sampling, env games, replay draws",
-    "iterations": "outer-loop iterations (roll out, store, learn)",
-    "rollout_size": "dialogues collected per iteration",
-    "eval_size": "greedy dialogues per evaluation (the same games every time)",
-    "capacity": "replay buffer size in transitions",
-    "batch_size": "transitions per optimizer step, times grad_accum_steps (the official code's micro-batch)",
-    "grad_accum_steps": "with batch_size: batch_size x grad_accum_steps transitions per optimizer step",
-    "critic_steps": "critic optimizer steps per iteration",
-    "actor_steps": "actor optimizer steps per iteration, after warmup_iter",
-    "bc_steps": "filtered BC: optimizer steps per iteration",
-    "warmup_iter": "first iterations that train the critic only",
-    "critic_init_value": "the critic's Q and V heads start near this value (their output bias; 0 = the official init): "
-                         "about the playing policy's values (near -1/(1 - gamma) when most games are lost at the turn limit)",
-    "chai_samples": "CHAI: candidate actions per state",
-    "filtered_bc_fraction": "filtered BC: top fraction of trajectories kept, in (0, 1]",
-    "eval_freq": "iterations between greedy evaluations (0 = only before training and at the end)",
-    "eval_sampled": "also play the evaluation games sampled as the rollouts are, with a fixed key (eval_sampled/* metrics)",
-    "save_freq": "iterations between checkpoints (the last iteration is always saved; 0 = only it)",
-    "keep_checkpoints": "checkpoints kept in workdir/checkpoints (older ones are deleted)",
-    "max_nonfinite_steps": "consecutive skipped (non-finite) optimizer steps that stop the run",
-    "use_wandb": "also log metrics to Weights & Biases",
-    "wandb_project": "the Weights & Biases project (with use_wandb)",
-    "compilation_cache": "JAX's persistent compilation cache directory (\"\" = off; JAX_COMPILATION_CACHE_DIR wins)",
-    "model.policy": "the policy: a causal LM (GPT-2, Llama, Mistral, Qwen2) as a hub name, an HF-format directory, "
-                    "or tiny:gpt2 / tiny:llama (built offline)",
-    "model.critic": "the critic's encoder: a hub name, an HF-format directory, or tiny:roberta (built offline)",
-    "model.critic_action": "the critic's action text: utterance (alone, as the official critic) | in_context (the dialogue so far + the utterance)",
-    "model.critic_embedding": "the critic's text embedding: pooler | first_token",
-    "model.critic_init": "an official critic to start from: critic_init.safetensors from archer_jax.import_official (\"\" = none)",
-    "model.dtype": "compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32 | bfloat16",
-    "model.matmul_precision": "float32 matmul precision: default | high | highest (archer_jax/runtime/precision.py)",
-    "model.remat": "activation checkpointing per block: none | dots (keep matmul outputs) | full (keep block inputs)",
-    "model.max_prompt_length": "policy prompt tokens kept (from the end)",
-    "model.max_critic_length": "critic tokens kept per text (from the end)",
-    "model.prompt_format": "observations -> prompts, utterances -> actions: plain | mistral_20q (archer_jax/sampling/prompts.py)",
-    "model.critic_sharding": "the critic's parameters: mesh (split like the policy's) | replicated (whole on each device)",
-    "model.param_dtype": "the policy's loaded weights: float32 | bfloat16 (LoRA adapters stay float32)",
-    "model.lora.rank": "LoRA rank on the policy's projections (0 = off: every weight trains)",
-    "model.lora.alpha": "LoRA scale numerator: adapters add (alpha / rank) * x A B",
-    "model.lora.dropout": "LoRA dropout on the adapters' input in training steps (PEFT's lora_dropout)",
-    "model.lora.targets": "comma-separated projections (PEFT names: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)",
-    "env.name": "the env: a name in archer_jax.envs.registry, or package.module:factory",
-    "env.options": "extra keyword arguments for the env: --config.env.options.oracle=t5:DIR, or a dict "
-                   "--config.env.options='{\"oracle\": \"t5:DIR\"}' (detective: game_path)",
-    "env.max_turns": "turn limit per dialogue (what reaching it is: env.turn_limit)",
-    "env.turn_limit": "game (the env says: every env here ends the game there, the last transition terminal) | end | cut (bootstrap)",
-    "env.workers": "env worker processes (0 = in this process)",
-    "env.timeout_s": "seconds of silence after which an env worker is restarted",
-    "rollout.staleness": "0 = collect, then learn; 1 = collect iteration k+1's dialogues (with the policy after k-1) while k learns",
-    "rollout.slots": "dialogues played at once (0 = all of an iteration's); a slot whose dialogue ends takes the next game",
-    "sampling.max_new_tokens": "token limit of one utterance (must leave room for a prompt in the policy's positions)",
-    "sampling.temperature": "rollout sampling temperature (evaluation is greedy)",
-    "sampling.top_k": "sample from the k likeliest tokens only (0 = off)",
-    "sampling.top_p": "nucleus sampling: the smallest set of tokens with this much mass, in (0, 1] (1 = off)",
-    "learner.center_advantage": "ArCHer's actor: each advantage less the step batch's mean (off: Q - V as it is)",
-    "learner.score_stop_token": "ArCHer's actor: score the stop token ending a_π (false: without it, as the official code)",
-    "learner.gamma": "discount per turn, in [0, 1]",
-    "learner.tau": "Polyak rate of the target critic, in (0, 1] (0 would never move the target)",
-    "learner.critic_lr": "Adam learning rate of the critic",
-    "learner.actor_lr": "Adam learning rate of the policy",
-    "learner.max_grad_norm": "clip each network's gradient to this global norm (> 0; always on)",
-    "learner.actor_loss": "the policy-gradient loss: a name in archer_jax.learners.actor_losses",
-    "learner.micro_batch_size": "transitions per scanned micro-batch: auto (largest that fits) or a number that cuts each step evenly",
-    "learner.expectile": "offline ArCHer: V's expectile of Q over the data, in (0, 1) (0.9 IQL; 0.5 the SARSA variant)",
-    "learner.iql_v_target": "offline ArCHer: V's target: min (min of the target Qs) | paired (each V_i its own target Q_i)",
-    "learner.awr_beta": "offline ArCHer's AWR actor: weights exp(awr_beta * A)",
-    "learner.awr_clip": "offline ArCHer's AWR actor: the weights' upper clip (> 0)",
-    "offline.dataset": "offline agents: a directory of dialogue .json files or one file (\"\" = generate from the experts)",
-    "offline.data_dir": "offline agents: where TFDS builds the dataset (\"\" = workdir/offline/tfds)",
-    "offline.split": "offline agents: the dataset split trained on (train | eval)",
-    "offline.generate_episodes": "offline agents without a dataset: expert dialogues generated",
-    "offline.policy_mix": "offline agents without a dataset: expert kinds and weights, e.g. optimal:0.2,redundant:0.3,random:0.5",
-    "offline.generate_seed": "offline agents without a dataset: the generator's seed (the same data for every run seed)",
-    "rollout_group_size": "rollouts per game: rollout_size / k games each played k times (grpo's groups; 1 = off)",
-    "ppo.adv_estimator": "PPO's advantage estimator: gae | grpo | archer_ragen | archer_hierarchical (archer_jax.learners.ppo_estimators)",
-    "ppo.epochs": "PPO: passes over each iteration's rollouts (minibatches of batch_size x grad_accum_steps)",
-    "ppo.clip": "PPO: the policy ratio's clip range epsilon, in (0, 1)",
-    "ppo.value_clip": "PPO: the value loss's clip range around the rollout's values (> 0)",
-    "ppo.vf_coef": "PPO: the value loss's weight",
-    "ppo.kl_coef": "PPO: the weight of the KL penalty to the policy RL started from (0 = off)",
-    "ppo.gamma": "PPO: discount per token of gae and archer_ragen, in [0, 1]",
-    "ppo.lam": "PPO: GAE's lambda, in [0, 1] (every estimator with a value head)",
-    "ppo.high_level_gamma": "PPO archer_ragen: RAGEN's turn-level discount, in [0, 1]",
-    "ppo.archer_alpha": "PPO archer_ragen: RAGEN's weight of the turn-level values in the mixed baseline, in [0, 1]",
-    "ppo.critic_baseline": "PPO archer_hierarchical: the turn level is the critic's Q(s, a) - V(s), the token value head learns the rest (a baseline that starts at the critic's level)",
-    "ppo.whiten": "PPO: whiten the advantages over the batch's tokens (gae, archer_hierarchical; archer_ragen always does)",
-    "ppo.value_head": "PPO: separate (a value model of its own, at critic_lr) | shared (a head whose loss trains the policy's layers too) | detached (a head on stopped hidden states)",
-    "sft.steps": "SFT warm-start steps before RL (0 = no warm start)",
-    "sft.lr": "SFT Adam learning rate",
-    "sft.batch_size": "SFT pairs per step",
-    "sft.data": "SFT demonstrations: experts | walkthrough (detective) | a .jsonl of {observation, action} lines",
-    "sft.dialogues": "expert dialogues played for the SFT data (sft.data=experts)",
-    "sft.experts": "comma-separated expert kinds (archer_jax.envs.experts.EXPERTS), taken in turn",
-    "sft.seed": "the SFT seed (the same warm start for every run seed)",
-    "sft.cache": "a directory of SFT results: a run whose SFT would compute one stored there takes it (\"\" = off)",
-    "critic_pretrain.steps": "masked-LM steps on the critic's encoder before RL, on the SFT demonstrations' texts (0 = off)",
-    "critic_pretrain.lr": "the critic pretraining's Adam learning rate",
-    "critic_pretrain.batch_size": "texts per critic pretraining step",
-    "critic_pretrain.mask_rate": "fraction of each text's tokens masked and predicted",
-    "critic_pretrain.seed": "the critic pretraining's seed (its LM head and its masks)",
-    "mesh.data": "devices on the data axis (-1 = all remaining devices)",
-    "mesh.fsdp": "devices on the fsdp axis (batch and parameter shards; -1 = all remaining)",
-    "mesh.tensor": "devices on the tensor axis (heads, MLP and vocabulary columns; -1 = all remaining)",
-}
+import dataclasses
+import sys
+from pathlib import Path
+
+from archer_jax import agents, config
+from archer_jax.runtime.config_keys import doc_of, official_of
+
+TABLE_START = "<!-- the key table: generated by python -m archer_jax.config_docs docs/algorithms.md -->"
+TABLE_END = "<!-- end of the key table -->"
+
+
+def key_fields() -> dict[str, dataclasses.Field]:
+    """Every config key with the field that declares it: the top level's (the loop's, then the
+    agents'), then each group's, in :data:`archer_jax.config.GROUPS` order."""
+    out: dict[str, dataclasses.Field] = {}
+    for group, classes, skip in config.GROUPS + config.AGENT_GROUPS:
+        for cls in classes:
+            for field in dataclasses.fields(cls):
+                name = f"{group}.{field.name}" if group else field.name
+                if field.name not in skip and (not field.metadata.get("group") or name in config.FREE_FORM):
+                    out.setdefault(name, field)
+        if not group:
+            for agent in agents.AGENTS.values():
+                for field in dataclasses.fields(agent.Config):
+                    if not field.metadata.get("group"):
+                        out.setdefault(field.name, field)
+    return out
+
+
+KEY_DOCS: dict[str, str] = {name: doc_of(field) for name, field in key_fields().items()}
+
+
+def _default(value) -> str:
+    if isinstance(value, str):
+        return f'`"{value}"`' if not value else f"`{value}`"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, dict) or hasattr(value, "to_dict"):
+        return "`{}`"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def key_table() -> str:
+    """docs/algorithms.md's table of every key: its official name, default and meaning."""
+    defaults = config.flat_defaults()
+    rows = ["| key | official name (argument in the official code) | default | meaning |", "|---|---|---|---|"]
+    for name, field in key_fields().items():
+        rows.append(f"| `{name}` | {official_of(field)} | {_default(defaults[name])} | "
+                    f"{doc_of(field).replace('|', chr(92) + '|')} |")
+    return "\n".join(rows)
+
+
+def with_table(text: str) -> str:
+    """``text`` (docs/algorithms.md) with the key table between its markers regenerated."""
+    start, end = text.index(TABLE_START) + len(TABLE_START), text.index(TABLE_END)
+    return f"{text[:start]}\n{key_table()}\n{text[end:]}"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m archer_jax.config_docs docs/algorithms.md\n")
+        return 2
+    path = Path(argv[0])
+    path.write_text(with_table(path.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

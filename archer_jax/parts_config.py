@@ -16,6 +16,7 @@ import math
 from archer_jax.learners.critic import EMBEDDINGS
 from archer_jax.models.layers import REMAT_POLICIES
 from archer_jax.models.lora import LoRAConfig
+from archer_jax.runtime.config_keys import key
 from archer_jax.runtime.precision import DTYPES, MATMUL_PRECISIONS
 from archer_jax.sampling.prompts import PROMPT_FORMATS
 
@@ -38,34 +39,39 @@ def _at_least(config, *names: str, zero: bool = False) -> None:
 class LoopConfig:
     """The top level's own keys: the loop (ArCHer's official online hyperparameters) and its bookkeeping."""
 
-    agent: str = "archer"  # a name in archer_jax.agents (checked against the registry by the config)
-    seed: int = 0
-    # Offline-to-online (archer_jax/run/warm_start.py): start from the policy (and critic) of the newest
-    # checkpoint of this run directory, e.g. an offline ArCHer run's. "" = start as configured.
-    init_from: str = ""
-    iterations: int = 2000
-    rollout_size: int = 128  # dialogues collected per iteration
-    # Rollouts per game: rollout_size / k games, each played k times in a row (GRPO's groups; 1 =
-    # every dialogue its own game).
-    rollout_group_size: int = 1
-    eval_size: int = 32  # greedy dialogues per evaluation
-    capacity: int = 100_000  # replay buffer transitions
-    # An optimizer step takes batch_size x grad_accum_steps transitions (the official code's two
-    # keys, 8 x 32); the learner cuts them into micro-batches by memory: learner.micro_batch_size.
-    batch_size: int = 8
-    grad_accum_steps: int = 32
-    eval_freq: int = 25  # iterations between greedy evaluations (0 = only before and at the end)
-    # Also play the evaluation games sampled as the rollouts are (eval_sampled/* metrics): a small
-    # policy's greedy utterance can loop where its samples do not, so the two can disagree.
-    eval_sampled: bool = False
-    save_freq: int = 25  # iterations between checkpoints (the last iteration is always saved; 0 = only it)
-    keep_checkpoints: int = 2
-    max_nonfinite_steps: int = 10  # consecutive skipped (non-finite) steps that stop the run
-    use_wandb: bool = False
-    wandb_project: str = "archer_jax"
-    # JAX's persistent compilation cache: a second run (another seed, a resume) loads its compiled
-    # programs instead of compiling them again. "" = off. JAX_COMPILATION_CACHE_DIR, when set, wins.
-    compilation_cache: str = "~/.cache/archer_jax/xla"
+    agent: str = key(
+        "archer", "the algorithm: archer | chai | filtered_bc | ppo | offline_archer | offline_bc | "
+        "offline_filtered_bc (archer_jax.agents)")
+    seed: int = key(0, "the run's seed: model initialisation, sampling, env games, replay draws")
+    init_from: str = key(
+        "", "a run directory whose newest checkpoint's policy (and critic) this run starts from (\"\" = none)",
+        official="`checkpoint_path` (policy only)")
+    iterations: int = key(2000, "outer-loop iterations (roll out, store, learn)", official="`iterations`")
+    rollout_size: int = key(128, "dialogues collected per iteration", official="`rollout_size`")
+    rollout_group_size: int = key(
+        1, "rollouts per game: rollout_size / k games each played k times (grpo's groups; 1 = off)")
+    eval_size: int = key(32, "greedy dialogues per evaluation (the same games every time)", official="`eval_size`")
+    capacity: int = key(100_000, "replay buffer size in transitions", official="`capacity`")
+    batch_size: int = key(
+        8, "transitions per optimizer step, times grad_accum_steps (the official code's micro-batch)",
+        official="`batch_size`")
+    grad_accum_steps: int = key(
+        32, "with batch_size: batch_size x grad_accum_steps transitions per optimizer step",
+        official="`grad_accum_steps`")
+    eval_freq: int = key(
+        25, "iterations between greedy evaluations (0 = only before training and at the end)", official="`eval_freq`")
+    # A small policy's greedy utterance can loop where its samples do not, so the two can disagree.
+    eval_sampled: bool = key(
+        False, "also play the evaluation games sampled as the rollouts are, with a fixed key (eval_sampled/* metrics)")
+    save_freq: int = key(
+        25, "iterations between checkpoints (the last iteration is always saved; 0 = only it)", official="`save_freq`")
+    keep_checkpoints: int = key(2, "checkpoints kept in workdir/checkpoints (older ones are deleted)")
+    max_nonfinite_steps: int = key(10, "consecutive skipped (non-finite) optimizer steps that stop the run")
+    use_wandb: bool = key(False, "also log metrics to Weights & Biases")
+    wandb_project: str = key("archer_jax", "the Weights & Biases project (with use_wandb)")
+    compilation_cache: str = key(
+        "~/.cache/archer_jax/xla", "JAX's persistent compilation cache directory (\"\" = off; JAX_COMPILATION_CACHE_DIR "
+        "wins)")
 
     def __post_init__(self):
         _at_least(self, "iterations", "rollout_size", "eval_size", "capacity", "batch_size", "grad_accum_steps",
@@ -84,33 +90,37 @@ class LoopConfig:
 class ModelConfig:
     """``config.model``: the networks and how they run."""
 
-    policy: str = "gpt2"  # hub name, HF-format directory, or tiny:gpt2 / tiny:llama
-    critic: str = "roberta-base"  # hub name, HF-format directory, or tiny:roberta
-    critic_embedding: str = "pooler"  # pooler | first_token
-    # What the critic's encoder reads as an action: "utterance" (the utterance alone, encoded apart
-    # from the observation: the official critic) or "in_context" (the dialogue so far followed by the
-    # utterance, one text: its encoder can then compare the utterance with the turns before it).
-    critic_action: str = "utterance"
-    # The official ArCHer critic to start from: the critic_init.safetensors that
-    # `python -m archer_jax.import_official trainer.pt` writes (its encoder, heads and target). "" = none.
-    critic_init: str = ""
-    # The critic's parameters over the mesh: "mesh" (split by their logical axes, as the policy's)
-    # or "replicated" (a whole copy on each device, the batch still split: a small critic beside
-    # a large FSDP-sharded policy then needs no parameter gathers).
-    critic_sharding: str = "mesh"
-    dtype: str = "auto"  # compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32 | bfloat16
-    matmul_precision: str = "default"  # float32 matmuls: default | high | highest (archer_jax/runtime/precision.py)
-    # Activation checkpointing in training passes, per transformer block: none | dots (keep the
-    # matmul outputs, recompute the rest) | full (keep each block's input only).
-    remat: str = "none"
-    max_prompt_length: int = 512  # policy prompt tokens (left-truncated)
-    max_critic_length: int = 512  # critic tokens per text (left-truncated)
-    # The policy's weights as loaded: float32, or bfloat16 (half the memory; for a LoRA policy,
-    # whose trained adapters stay float32 master copies).
-    param_dtype: str = "float32"
-    # How observations become the policy's prompts and its utterances the env's actions
-    # (archer_jax/sampling/prompts.py): plain (the dialogue itself) | mistral_20q (the official archer_llm's).
-    prompt_format: str = "plain"
+    policy: str = key(
+        "gpt2", "the policy: a causal LM (GPT-2, Llama, Mistral, Qwen2) as a hub name, an HF-format directory, or "
+        "tiny:gpt2 / tiny:llama (built offline)", official="`policy_lm`")
+    critic: str = key(
+        "roberta-base", "the critic's encoder: a hub name, an HF-format directory, or tiny:roberta (built offline)",
+        official="`critic_lm`")
+    critic_embedding: str = key("pooler", "the critic's text embedding: pooler | first_token")
+    # in_context: one text, so that the encoder can compare the utterance with the turns before it.
+    critic_action: str = key(
+        "utterance", "the critic's action text: utterance (alone, as the official critic) | in_context (the dialogue "
+        "so far + the utterance)", official="— (the official critic encodes the utterance alone)")
+    critic_init: str = key(
+        "", 'an official critic to start from: critic_init.safetensors from archer_jax.import_official ("" = none)',
+        official="the critic and target of `trainer.pt`")
+    # replicated: a small critic beside a large FSDP-sharded policy then needs no parameter gathers
+    # (the batch is still split).
+    critic_sharding: str = key(
+        "mesh", "the critic's parameters: mesh (split like the policy's) | replicated (whole on each device)")
+    dtype: str = key("auto", "compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU) | float32 | bfloat16")
+    matmul_precision: str = key(
+        "default", "float32 matmul precision: default | high | highest (archer_jax/runtime/precision.py)")
+    remat: str = key(
+        "none", "activation checkpointing per block: none | dots (keep matmul outputs) | full (keep block inputs)")
+    max_prompt_length: int = key(512, "policy prompt tokens kept (from the end)")
+    max_critic_length: int = key(512, "critic tokens kept per text (from the end)")
+    param_dtype: str = key(
+        "float32", "the policy's loaded weights: float32 | bfloat16 (LoRA adapters stay float32)",
+        official="`use_bfloat16`")
+    prompt_format: str = key(
+        "plain", "observations -> prompts, utterances -> actions: plain | mistral_20q (archer_jax/sampling/prompts.py)",
+        official="the agent's `template` + `decode_f`")
     lora: LoRAConfig = dataclasses.field(default_factory=LoRAConfig, metadata={"group": True})  # config.model.lora
 
     def __post_init__(self):
@@ -129,17 +139,20 @@ class ModelConfig:
 class EnvConfig:
     """``config.env`` (its free-form ``options`` apart): which env, and how its pool runs."""
 
-    name: str = "twenty_questions"  # a name in archer_jax.envs.registry (or "package.module:factory")
-    max_turns: int = 20
-    # What reaching the turn limit is: "game" (the env's rule: every env here ends its games there,
-    # as the official code does; its last transition is terminal), "end" (terminal, whatever the env
-    # says; also a cut at max_turns of an env with no limit of its own) or "cut" (the game would go
-    # on: the TD target bootstraps from V(s')). A crashed worker's episode is always a cut.
-    turn_limit: str = "game"
-    workers: int = 0  # worker processes for the env pool; 0 = in-process
-    timeout_s: float = 120.0  # a worker silent this long is restarted
-    # Keyword arguments for the env (e.g. game_path), free-form: checked by the env's registry entry.
-    options: dict = dataclasses.field(default_factory=dict, metadata={"group": True})
+    name: str = key("twenty_questions", "the env: a name in archer_jax.envs.registry, or package.module:factory")
+    max_turns: int = key(
+        20, "turn limit per dialogue (what reaching it is: env.turn_limit)", official="— (each env's own limit)")
+    # "end" also ends the games of an env with no limit of its own at max_turns; "cut" bootstraps
+    # from V(s'). A crashed worker's episode is always a cut.
+    turn_limit: str = key(
+        "game", "game (the env says: every env here ends the game there, the last transition terminal) | end | cut "
+        "(bootstrap)", official="— (the limit is always `done`)")
+    workers: int = key(0, "env worker processes (0 = in this process)")
+    timeout_s: float = key(120.0, "seconds of silence after which an env worker is restarted")
+    options: dict = key(
+        default_factory=dict, free_form=True, official="`env_load_path` (the T5 oracle `.pt`, as `oracle`)",
+        doc="extra keyword arguments for the env: --config.env.options.oracle=t5:DIR, or a dict "
+            "--config.env.options='{\"oracle\": \"t5:DIR\"}' (detective: game_path)")
 
     def __post_init__(self):
         _choice(self, "turn_limit", TURN_LIMITS)
@@ -166,8 +179,10 @@ class RolloutConfig:
     samples the same whatever slot it lands in, so ``slots`` changes speed, not results.
     """
 
-    staleness: int = 0
-    slots: int = 0
+    staleness: int = key(
+        0, "0 = collect, then learn; 1 = collect iteration k+1's dialogues (with the policy after k-1) while k learns")
+    slots: int = key(
+        0, "dialogues played at once (0 = all of an iteration's); a slot whose dialogue ends takes the next game")
 
     def __post_init__(self):
         if self.staleness not in STALENESS:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from archer_jax import config as config_lib
+from archer_jax import config_docs
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -74,8 +75,46 @@ def test_every_key_has_one_line_of_doc():
     from archer_jax import config as config_lib
 
     keys = list(config_lib.flat_defaults())
-    assert sorted(config_lib.KEY_DOCS) == sorted(keys)
-    assert all(doc.strip() and "\n" not in doc for doc in config_lib.KEY_DOCS.values())
+    assert sorted(config_docs.KEY_DOCS) == sorted(keys)
+    assert all(doc.strip() and "\n" not in doc for doc in config_docs.KEY_DOCS.values())
+
+
+def test_the_docs_key_table_is_the_one_the_fields_declare():
+    """docs/algorithms.md's key table is generated from the keys' fields: a key whose line or
+    official name changed without the table fails here (python -m archer_jax.config_docs
+    docs/algorithms.md regenerates it)."""
+    docs = Path(__file__).resolve().parents[1] / "docs" / "algorithms.md"
+    text = docs.read_text()
+    assert config_docs.with_table(text) == text
+    rows = config_docs.key_table().splitlines()[2:]
+    assert [row.split("`")[1] for row in rows] == list(config_docs.KEY_DOCS)  # every key, once
+    assert "| `learner.critic_lr` | `critic_lr` | 2e-05 | Adam learning rate of the critic |" in rows
+    stale = text.replace("| Adam learning rate of the critic |", "| the critic's learning rate |")
+    assert config_docs.with_table(stale) != stale  # the check can fail
+
+
+def test_validate_returns_the_typed_config_the_run_reads():
+    from archer_jax.agents import archer
+    from archer_jax.models.lora import LoRAConfig
+    from archer_jax.sampling import SamplingParams
+
+    c = _tiny()
+    run = config_lib.validate(c)
+    assert isinstance(run, config_lib.RunConfig) and run.source is c
+    assert isinstance(run.sampling, SamplingParams) and run.sampling.temperature == c.sampling.temperature
+    assert isinstance(run.model.lora, LoRAConfig) and run.env.options == c.env.options.to_dict()
+    assert run.algorithm == archer.ArCHer.config_of(c) and run.batch_size == c.batch_size
+    assert run.algorithm.learner.distribution.temperature == c.sampling.temperature  # scored as sampled
+    c.offline.split = "validation"  # an online run's offline keys are checked too (no key is read unchecked)
+    with pytest.raises(config_lib.ConfigError, match=r"^config.offline.split: unknown value 'validation'"):
+        config_lib.validate(c)
+
+
+def test_build_agent_refuses_the_raw_config(tmp_path):
+    from archer_jax.train import build_agent
+
+    with pytest.raises(TypeError, match=r"build_agent\(validate\(config\), workdir\)"):
+        build_agent(_tiny(), tmp_path)
 
 
 def _tiny():

@@ -24,6 +24,7 @@ from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.train_state import States
 from archer_jax.parts import ACTOR, CRITIC
 from archer_jax.replay import ReplayBuffer
+from archer_jax.runtime.config_keys import key
 
 OFFLINE_LOSSES = ("awr",)  # actor losses that weigh a dataset's actions: offline agents only
 
@@ -42,13 +43,15 @@ class Config:
     dataset_actions: ClassVar[bool] = False  # its actor weighs a dataset's actions (offline ArCHer's AWR)
 
     learner: LearnerConfig = group(LearnerConfig)
-    critic_steps: int = 50  # critic optimizer steps per iteration
-    actor_steps: int = 3  # actor optimizer steps per iteration, after warmup_iter
-    warmup_iter: int = 20  # iterations that train the critic only
-    # The output bias of the critic's Q and V heads at initialization (0: the official critic's).
+    critic_steps: int = key(50, "critic optimizer steps per iteration", official="`epochs`")
+    actor_steps: int = key(3, "actor optimizer steps per iteration, after warmup_iter", official="`actor_epochs`")
+    warmup_iter: int = key(20, "first iterations that train the critic only", official="`warmup_iter`")
     # TD with a Polyak target closes the values' gap to the returns' scale by about tau * (1 - gamma)
     # a step (docs/algorithms.md, section 2): started near that scale, the critic learns the differences.
-    critic_init_value: float = 0.0
+    critic_init_value: float = key(
+        0.0, "the critic's Q and V heads start near this value (their output bias; 0 = the official init): about the "
+        "playing policy's values (near -1/(1 - gamma) when most games are lost at the turn limit)",
+        official="— (the official heads start at 0)")
 
     def __post_init__(self):
         for name in ("critic_steps", "actor_steps", "warmup_iter"):

@@ -23,6 +23,7 @@ from archer_jax.agents.agent import timed
 from archer_jax.agents.programs import Program
 from archer_jax.learners.selection import chai_select
 from archer_jax.models.tokenizer import Tokens, encode, next_power_of_two
+from archer_jax.runtime.config_keys import key
 from archer_jax.runtime.distributed import concat_gathered, host_share
 from archer_jax.runtime.precision import traced_with
 from archer_jax.sampling import Generation, Sampler, SamplingParams
@@ -36,7 +37,7 @@ class Config(archer.Config):
 
     agent: ClassVar[str] = "chai"
 
-    chai_samples: int = 5  # candidate actions per state
+    chai_samples: int = key(5, "CHAI: candidate actions per state")
 
     def __post_init__(self):
         super().__post_init__()

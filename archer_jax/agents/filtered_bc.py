@@ -19,6 +19,7 @@ from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.selection import filtered_bc_mask
 from archer_jax.learners.train_state import States
 from archer_jax.replay import ReplayBuffer
+from archer_jax.runtime.config_keys import key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +31,8 @@ class Config:
     offline_agent: ClassVar[bool] = False  # offline BC takes any actor loss (its actor only imitates)
 
     learner: LearnerConfig = group(LearnerConfig)
-    bc_steps: int = 50  # optimizer steps per iteration
-    filtered_bc_fraction: float = 0.1  # top fraction of trajectories kept
+    bc_steps: int = key(50, "filtered BC: optimizer steps per iteration")
+    filtered_bc_fraction: float = key(0.1, "filtered BC: top fraction of trajectories kept, in (0, 1]")
 
     def __post_init__(self):
         if self.bc_steps < 0:

@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from archer_jax.data.generate import parse_policy_mix
+from archer_jax.runtime.config_keys import key
 
 SPLITS = ("train", "eval")
 
@@ -21,12 +22,17 @@ SPLITS = ("train", "eval")
 class DatasetConfig:
     """``config.offline``; ``__post_init__`` raises ValueError naming the key."""
 
-    dataset: str = ""  # dialogue files ("" = generated)
-    data_dir: str = ""  # the TFDS build directory ("" = the workdir's)
-    split: str = "train"  # the split learned from
-    generate_episodes: int = 2000  # dialogues generated when no dataset is given
-    policy_mix: str = "optimal:0.2,redundant:0.3,random:0.5"  # the generated dialogues' experts
-    generate_seed: int = 0
+    dataset: str = key(
+        "", 'offline agents: a directory of dialogue .json files or one file ("" = generate from the experts)',
+        official="OfflineArcher `datasets/20q_train.json`")
+    data_dir: str = key("", 'offline agents: where TFDS builds the dataset ("" = workdir/offline/tfds)')
+    split: str = key("train", "offline agents: the dataset split trained on (train | eval)")
+    generate_episodes: int = key(2000, "offline agents without a dataset: expert dialogues generated")
+    policy_mix: str = key(
+        "optimal:0.2,redundant:0.3,random:0.5", "offline agents without a dataset: expert kinds and weights, e.g. "
+        "optimal:0.2,redundant:0.3,random:0.5")
+    generate_seed: int = key(
+        0, "offline agents without a dataset: the generator's seed (the same data for every run seed)")
 
     def __post_init__(self):
         if self.dataset and not Path(self.dataset).expanduser().exists():

@@ -17,33 +17,37 @@ import math
 from archer_jax.learners import actor_losses
 from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
 from archer_jax.models.token_distribution import TokenDistribution
+from archer_jax.runtime.config_keys import key
 
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
     """``config.learner``'s shared keys; ``__post_init__`` raises ValueError naming the key."""
 
-    gamma: float = 0.95
-    tau: float = 0.1
-    critic_lr: float = 2e-5
-    actor_lr: float = 1e-6
-    # Each network's gradient is clipped to this global norm: > 0, always on (as in the official
-    # code). 0 or less is refused rather than taken as "off" (in PyTorch a 0 norm would zero
-    # every gradient, not skip clipping); a huge value such as 1e9 never clips.
-    max_grad_norm: float = 1.0
-    actor_loss: str = "actor_pg"  # a name in archer_jax.learners.actor_losses
-    # Transitions per scanned micro-batch of a step: "auto" (the largest that fits the device,
-    # from the compiled step's memory analysis; on CPUs at most batch_size, faster there) or a
-    # number that cuts every step's batch evenly (8 = the official layout). Only memory and
-    # speed depend on it, not the update.
-    micro_batch_size: int | str = AUTO
-    # ArCHer's actor: subtract the step batch's mean advantage from each row's (a baseline for what
-    # the critic's Q and V have in common, e.g. the V head's lag behind the target Q it learns from).
-    # Off: the paper's advantage Q - V as it is.
-    center_advantage: bool = False
-    # ArCHer's actor: the stop token that ends a sampled a_π is scored (its probability trained
-    # like any other token's). False scores a_π without it, as the official code does.
-    score_stop_token: bool = True
+    gamma: float = key(0.95, "discount per turn, in [0, 1]", official="`gamma`")
+    tau: float = key(
+        0.1, "Polyak rate of the target critic, in (0, 1] (0 would never move the target)", official="`tau`")
+    critic_lr: float = key(2e-5, "Adam learning rate of the critic", official="`critic_lr`")
+    actor_lr: float = key(1e-6, "Adam learning rate of the policy", official="`lm_lr`")
+    # 0 or less is refused rather than taken as "off" (in PyTorch a 0 norm would zero every
+    # gradient, not skip clipping); a huge value such as 1e9 never clips.
+    max_grad_norm: float = key(
+        1.0, "clip each network's gradient to this global norm (> 0; always on)",
+        official="`max_grad_norm` (one clip over both networks)")
+    actor_loss: str = key("actor_pg", "the policy-gradient loss: a name in archer_jax.learners.actor_losses")
+    # "auto" reads the compiled step's memory analysis (on CPUs at most batch_size, faster there);
+    # 8 is the official layout. Only memory and speed depend on it, not the update.
+    micro_batch_size: int | str = key(
+        AUTO, "transitions per scanned micro-batch: auto (largest that fits) or a number that cuts each step evenly",
+        official="— (the official code's is `batch_size`)")
+    # A baseline for what the critic's Q and V have in common, e.g. the V head's lag behind the
+    # target Q it learns from.
+    center_advantage: bool = key(
+        False, "ArCHer's actor: each advantage less the step batch's mean (off: Q - V as it is)",
+        official="— (Q − V as it is)")
+    score_stop_token: bool = key(
+        True, "ArCHer's actor: score the stop token ending a_π (false: without it, as the official code)",
+        official="— (the official code cuts `\"\\n\"` before scoring)")
     # Not a key: the distribution the actor's actions were sampled from (config.sampling's
     # temperature, top-k, top-p, set by the agents whose actor scores its own samples), under which
     # every policy-gradient learner takes its log-probs. The model's own by default.

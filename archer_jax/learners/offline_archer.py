@@ -28,6 +28,7 @@ from archer_jax.learners import losses
 from archer_jax.learners.archer import critic_update, embed_both, td_targets
 from archer_jax.learners.batches import CriticBatch
 from archer_jax.learners.train_state import TrainState
+from archer_jax.runtime.config_keys import key
 
 Array = jax.Array
 
@@ -40,10 +41,15 @@ class IQLConfig:
     the SARSA variant), V's target (min: min of the target Qs, IQL's; paired: each V_i its own
     Q̄_i, OfflineArcher's code), and the AWR actor's β (OfflineArcher's inv_temp) and weight clip."""
 
-    expectile: float = 0.9
-    iql_v_target: str = "min"
-    awr_beta: float = 1.0
-    awr_clip: float = 100.0
+    expectile: float = key(
+        0.9, "offline ArCHer: V's expectile of Q over the data, in (0, 1) (0.9 IQL; 0.5 the SARSA variant)",
+        official="OfflineArcher `critic_expectile`")
+    iql_v_target: str = key(
+        "min", "offline ArCHer: V's target: min (min of the target Qs) | paired (each V_i its own target Q_i)",
+        official="— (OfflineArcher: `paired`)")
+    awr_beta: float = key(
+        1.0, "offline ArCHer's AWR actor: weights exp(awr_beta * A)", official="OfflineArcher `inv_temp`")
+    awr_clip: float = key(100.0, "offline ArCHer's AWR actor: the weights' upper clip (> 0)")
 
     def __post_init__(self):
         if not 0 < self.expectile < 1:

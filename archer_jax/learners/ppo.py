@@ -31,6 +31,7 @@ from archer_jax.learners.optimization import accumulate_gradients, adam_update, 
 from archer_jax.learners.train_state import TrainState, merged
 from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import Tokens
+from archer_jax.runtime.config_keys import key
 
 Array = jax.Array
 VALUE_HEADS = ("separate", "shared", "detached")
@@ -46,22 +47,29 @@ class PPOConfig:
     actor-critic) or ``detached`` (that head with its gradient stopped: a value probe that leaves
     the policy to the policy loss, as ArCHer's token baseline)."""
 
-    adv_estimator: str = "gae"
-    epochs: int = 4
-    clip: float = 0.2
-    value_clip: float = 0.2
-    vf_coef: float = 0.5
-    kl_coef: float = 0.0
-    gamma: float = 1.0  # per token
+    adv_estimator: str = key(
+        "gae", "PPO's advantage estimator: gae | grpo | archer_ragen | archer_hierarchical "
+        "(archer_jax.learners.ppo_estimators)")
+    epochs: int = key(4, "PPO: passes over each iteration's rollouts (minibatches of batch_size x grad_accum_steps)")
+    clip: float = key(0.2, "PPO: the policy ratio's clip range epsilon, in (0, 1)")
+    value_clip: float = key(0.2, "PPO: the value loss's clip range around the rollout's values (> 0)")
+    vf_coef: float = key(0.5, "PPO: the value loss's weight")
+    kl_coef: float = key(0.0, "PPO: the weight of the KL penalty to the policy RL started from (0 = off)")
+    gamma: float = key(1.0, "PPO: discount per token of gae and archer_ragen, in [0, 1]")
     # Per token: with a flat value model, lam < 1 gives a long utterance's tokens a higher advantage
     # than a short one's (the turn's -1 reaches them discounted by more tokens); 1.0 does not.
-    lam: float = 0.95
-    high_level_gamma: float = 0.95  # archer_ragen's turn-level discount
-    archer_alpha: float = 0.1  # archer_ragen's mixing weight
-    whiten: bool = True  # gae and archer_hierarchical (archer_ragen always whitens, as RAGEN)
-    value_head: str = "separate"
-    # archer_hierarchical: the turn level is Q(s, a) - V(s) of the critic, not Q(s, a) (ppo_estimators.archer_hierarchical)
-    critic_baseline: bool = False
+    lam: float = key(0.95, "PPO: GAE's lambda, in [0, 1] (every estimator with a value head)")
+    high_level_gamma: float = key(0.95, "PPO archer_ragen: RAGEN's turn-level discount, in [0, 1]")
+    archer_alpha: float = key(
+        0.1, "PPO archer_ragen: RAGEN's weight of the turn-level values in the mixed baseline, in [0, 1]")
+    whiten: bool = key(
+        True, "PPO: whiten the advantages over the batch's tokens (gae, archer_hierarchical; archer_ragen always does)")
+    value_head: str = key(
+        "separate", "PPO: separate (a value model of its own, at critic_lr) | shared (a head whose loss trains the "
+        "policy's layers too) | detached (a head on stopped hidden states)")
+    critic_baseline: bool = key(
+        False, "PPO archer_hierarchical: the turn level is the critic's Q(s, a) - V(s), the token value head learns "
+        "the rest (a baseline that starts at the critic's level)")
 
     def __post_init__(self):
         """Raises ValueError naming the key (``config.ppo.<key>`` in a run's config)."""

@@ -40,6 +40,7 @@ from safetensors.numpy import load_file, save_file
 from archer_jax.models import pretrained
 from archer_jax.models.hub import ModelLoadError
 from archer_jax.models.weight_rules import ParamPath
+from archer_jax.runtime.config_keys import key
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +65,15 @@ class LoRAConfig:
     equal whichever form they were given in; :meth:`target_names` is the tuple.
     """
 
-    rank: int = 0
-    alpha: float = 32.0
-    dropout: float = 0.0
-    targets: str | tuple[str, ...] = "q_proj,k_proj,v_proj,o_proj"
+    rank: int = key(
+        0, "LoRA rank on the policy's projections (0 = off: every weight trains)", official="`use_lora` (r 16)")
+    alpha: float = key(32.0, "LoRA scale numerator: adapters add (alpha / rank) * x A B", official="`lora_alpha` (32)")
+    dropout: float = key(
+        0.0, "LoRA dropout on the adapters' input in training steps (PEFT's lora_dropout)",
+        official="`lora_dropout` (0.05)")
+    targets: str | tuple[str, ...] = key(
+        "q_proj,k_proj,v_proj,o_proj", "comma-separated projections (PEFT names: "
+        "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)", official="`target_modules` (q/k/v/o)")
 
     def __post_init__(self):
         names = self.targets.split(",") if isinstance(self.targets, str) else list(self.targets)

@@ -39,6 +39,7 @@ from archer_jax.pretraining import sft_cache
 from archer_jax.records.progress import progress_bar
 from archer_jax.runtime import distributed
 from archer_jax.runtime import sharding as shd
+from archer_jax.runtime.config_keys import key
 from archer_jax.runtime.precision import traced_with
 
 if TYPE_CHECKING:  # only for type hints: the agent is built above this module
@@ -52,11 +53,13 @@ class CriticPretrainConfig:
     """``config.critic_pretrain``: masked-LM steps on the critic's encoder before RL (0 = off),
     their learning rate, batch and masking rate; ``__post_init__`` raises ValueError naming the key."""
 
-    steps: int = 0
-    lr: float = 1e-3
-    batch_size: int = 32
-    mask_rate: float = 0.15
-    seed: int = 0
+    steps: int = key(
+        0, "masked-LM steps on the critic's encoder before RL, on the SFT demonstrations' texts (0 = off)",
+        official="— (the official critic is the pretrained `roberta-base`)")
+    lr: float = key(1e-3, "the critic pretraining's Adam learning rate")
+    batch_size: int = key(32, "texts per critic pretraining step")
+    mask_rate: float = key(0.15, "fraction of each text's tokens masked and predicted")
+    seed: int = key(0, "the critic pretraining's seed (its LM head and its masks)")
 
     def __post_init__(self):
         for name in ("steps", "seed"):

@@ -28,6 +28,7 @@ from archer_jax.errors import ConfigError
 from archer_jax.input_pipeline import InputPipeline
 from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.train_state import TrainState
+from archer_jax.runtime.config_keys import key
 
 
 SOURCES = ("experts", "walkthrough")  # sft.data besides a .jsonl file: the env's scripted demonstrations
@@ -38,16 +39,17 @@ class SFTConfig:
     """``config.sft``: the warm start's steps, learning rate and batch, and its demonstrations;
     ``__post_init__`` raises ValueError naming the key."""
 
-    steps: int = 0  # 0 = no warm start
-    lr: float = 1e-4
-    batch_size: int = 16
-    data: str = "experts"  # experts | walkthrough (detective) | path to a .jsonl of {observation, action}
-    dialogues: int = 512  # expert dialogues played for the SFT data
-    experts: str = "optimal"  # comma-separated kinds from archer_jax.envs.experts.EXPERTS
+    steps: int = key(0, "SFT warm-start steps before RL (0 = no warm start)", official="— (a separate BC run)")
+    lr: float = key(1e-4, "SFT Adam learning rate")
+    batch_size: int = key(16, "SFT pairs per step")
+    data: str = key(
+        "experts", "SFT demonstrations: experts | walkthrough (detective) | a .jsonl of {observation, action} lines")
+    dialogues: int = key(512, "expert dialogues played for the SFT data (sft.data=experts)")
+    experts: str = key("optimal", "comma-separated expert kinds (archer_jax.envs.experts.EXPERTS), taken in turn")
     # The warm start is the same for every run seed, as the paper's runs all start from one SFT checkpoint.
-    seed: int = 0
-    # A directory of SFT results (archer_jax.pretraining.sft_cache): runs that would do the same SFT do it once.
-    cache: str = ""
+    seed: int = key(0, "the SFT seed (the same warm start for every run seed)")
+    cache: str = key(
+        "", 'a directory of SFT results: a run whose SFT would compute one stored there takes it ("" = off)')
 
     def __post_init__(self):
         for name in ("lr", "batch_size", "dialogues"):

@@ -262,6 +262,9 @@ def _interrupted(signal_name: str, loop: LoopState | None, checkpoints: Checkpoi
 def build_agent(config: RunConfig, workdir: Path) -> Agent:
     """The run's agent (``config.agent``) on the shared parts built for it: its config
     (``config.algorithm``), the networks it asks for, its compiled steps."""
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"build_agent takes the RunConfig that archer_jax.config.validate returns, not a "
+                        f"{type(config).__name__}: build_agent(validate(config), workdir)")
     agent_class = agents.get(config.agent)
     agent_config = config.algorithm
     parts = Parts(config, workdir, agent_class.networks_for(agent_config))

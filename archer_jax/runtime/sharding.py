@@ -26,6 +26,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from archer_jax.runtime.config_keys import key
+
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
@@ -75,9 +77,9 @@ def mesh_shape(data: int = -1, fsdp: int = 1, tensor: int = 1, *, num_devices: i
 class MeshConfig:
     """``config.mesh``: devices per axis, ``-1`` = all the remaining devices (:func:`make_mesh`)."""
 
-    data: int = -1  # batch shards
-    fsdp: int = 1  # batch and parameter shards
-    tensor: int = 1  # heads, MLP and vocabulary columns
+    data: int = key(-1, "devices on the data axis (-1 = all remaining devices)")
+    fsdp: int = key(1, "devices on the fsdp axis (batch and parameter shards; -1 = all remaining)")
+    tensor: int = key(1, "devices on the tensor axis (heads, MLP and vocabulary columns; -1 = all remaining)")
 
     def __post_init__(self):
         for axis in ("data", "fsdp", "tensor"):

@@ -43,6 +43,7 @@ from archer_jax.models.causal_lm import CausalLMConfig, init_cache
 from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import bucket_length, next_power_of_two
 from archer_jax.runtime import sharding as shd
+from archer_jax.runtime.config_keys import key
 from archer_jax.runtime.precision import program_name, traced_with
 from archer_jax.runtime.xla_flags import decode_compiler_options
 
@@ -57,11 +58,13 @@ class SamplingParams:
     then top-k, then top-p (the order Hugging Face uses).
     """
 
-    max_new_tokens: int = 32
+    max_new_tokens: int = key(
+        32, "token limit of one utterance (must leave room for a prompt in the policy's positions)",
+        official="`max_new_tokens`")
     greedy: bool = False
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
+    temperature: float = key(1.0, "rollout sampling temperature (evaluation is greedy)", official="`temperature`")
+    top_k: int = key(0, "sample from the k likeliest tokens only (0 = off)")
+    top_p: float = key(1.0, "nucleus sampling: the smallest set of tokens with this much mass, in (0, 1] (1 = off)")
     stop_strings: tuple[str, ...] = ("\n",)
     stop_at_eos: bool = True
 

@@ -18,6 +18,7 @@ import jax
 import pytest
 
 from archer_jax import config as config_lib
+from archer_jax import config_docs
 from archer_jax.errors import ConfigError
 from archer_jax.pretraining import sft
 from archer_jax.run import cli, preflight
@@ -293,7 +294,7 @@ def test_help_lists_every_key_with_its_default_and_doc():
     lines = text.splitlines()
     for key, default in config_lib.flat_defaults().items():
         (line,) = [line for line in lines if line.split()[:1] == [key]]
-        assert config_lib.KEY_DOCS[key] in line and (repr(default) in line or key in config_lib.FREE_FORM)
+        assert config_docs.KEY_DOCS[key] in line and (repr(default) in line or key in config_lib.FREE_FORM)
     for flag in ("--config", "--workdir", "--allow_config_changes", "--print_config", "--coordinator", "--num_processes",
                  "--process_id"):
         assert flag in text
