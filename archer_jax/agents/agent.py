@@ -166,6 +166,10 @@ class Agent:
         """The policy's parameters in ``states`` (what the sampler acts with)."""
         return self.networks.policy_params(states.actor)
 
+    def pi_actions(self, states: States, sample: dict, key) -> list[str]:
+        """``a_π`` for a critic step: a fresh sample from the current policy for each replayed observation."""
+        return self.parts.acting.pi_actions(self.policy(states), sample["policy_observation"], key)
+
     def sft_step(self, learning_rate: float, limit: int | None = None) -> tuple[StepProgram, TrainState]:
         """The behaviour-cloning step of the SFT warm start (micro-batches of at most ``limit`` for
         "auto") and the state it starts from: the policy alone, without a value head or a reference

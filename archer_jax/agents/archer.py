@@ -82,8 +82,66 @@ def actor_step(networks: Networks, tx, critic_tx, learner: LearnerConfig, *optio
                                  networks.actor_batch_shardings())
 
 
+def init_critic(agent: Agent, params=None, target=None):
+    """The critic's state with a fresh optimizer: from ``params`` and ``target`` (another run's),
+    else the built critic with its heads' output bias at ``critic_init_value``."""
+    if params is None and agent.config.critic_init_value:
+        params = with_initial_value(agent.networks.initial_critic_params(), agent.config.critic_init_value)
+    return Agent.init_critic(agent, params, target)
+
+
+def critic_program(agent: Agent) -> Program:
+    """The critic step, ``critic_steps`` times an iteration."""
+    return Program("critic_step", agent.critic_step, lambda s, rows: (agent.abstract_critic(), s.critic_batch(rows)),
+                   agent.config.critic_steps)
+
+
+def critic_and_actor_programs(agent: Agent, iterations: int) -> list[Program]:
+    """The critic step ``critic_steps`` times an iteration, the actor step ``actor_steps`` times after the warm-up."""
+    c = agent.config
+    return [critic_program(agent),
+            Program("actor_step", agent.actor_step,
+                    lambda s, rows: (agent.abstract_actor(), agent.abstract_critic().params, s.actor_batch(rows)),
+                    after_warmup(c.actor_steps, c.warmup_iter, iterations))]
+
+
+def critic_phase(agent: Agent, states: States, replay: ReplayBuffer, iteration: int) -> States:
+    """``critic_steps`` critic steps, each on a fresh uniform batch with fresh ``a_π`` (the agent's
+    ``pi_actions``)."""
+    parts, critic = agent.parts, states.critic
+    for step in range(agent.config.critic_steps):
+        sample = replay.sample(parts.batch)
+        pi_texts = agent.pi_actions(States(states.actor, critic), sample, parts.key_for(CRITIC, iteration, step))
+        batch = parts.pipeline.critic_batch(sample, parts.pipeline.critic_action_rows(sample["observation"], pi_texts))
+        critic, metrics = agent.critic_step(critic, batch)
+        parts.metrics.add("critic", metrics)
+    return States(states.actor, critic)
+
+
+def actor_phase(agent: Agent, states: States, replay: ReplayBuffer, iteration: int) -> States:
+    """``actor_steps`` policy-gradient steps with the online critic's advantage of a fresh ``a_π``."""
+    parts, actor = agent.parts, states.actor
+    for step in range(agent.config.actor_steps):
+        sample = replay.sample(parts.batch)
+        key = parts.key_for(ACTOR, iteration, step)
+        batch = parts.acting.actor_batch(agent.policy(States(actor, states.critic)), sample, key)
+        actor, metrics = agent.actor_step(actor, states.critic.params, batch)
+        parts.metrics.add("actor", metrics)
+    return States(actor, states.critic)
+
+
+def critic_then_actor(agent: Agent, states: States, replay, iteration: int) -> tuple[States, dict[str, float]]:
+    """The agent's critic updates every iteration; its actor updates too once ``warmup_iter``
+    iterations are done (ArCHer's iteration, online or offline)."""
+    states, critic_s = timed(agent.critic_updates, states, replay, iteration)
+    actor_s = 0.0
+    if iteration > agent.config.warmup_iter:
+        states, actor_s = timed(agent.actor_updates, states, replay, iteration)
+    return states, {"critic": critic_s, "actor": actor_s}
+
+
 class ArCHer(Agent):
-    """Online ArCHer: the critic every iteration, the actor after ``warmup_iter``."""
+    """Online ArCHer: the critic every iteration, the actor after ``warmup_iter`` (the phases above)."""
 
     name = "archer"
     Config = Config
@@ -99,59 +157,20 @@ class ArCHer(Agent):
         return config.actor_steps > 0
 
     def init_critic(self, params=None, target=None):
-        """The critic's state with a fresh optimizer: from ``params`` and ``target`` (another run's),
-        else the built critic with its heads' output bias at ``critic_init_value``."""
-        if params is None and self.config.critic_init_value:
-            params = with_initial_value(self.networks.initial_critic_params(), self.config.critic_init_value)
-        return super().init_critic(params, target)
+        return init_critic(self, params, target)
 
     def programs(self, iterations: int) -> list[Program]:
-        """The critic step ``critic_steps`` times an iteration, the actor step ``actor_steps`` times after the warm-up."""
-        c = self.config
-        return [self.critic_program(),
-                Program("actor_step", self.actor_step,
-                        lambda s, rows: (self.abstract_actor(), self.abstract_critic().params, s.actor_batch(rows)),
-                        after_warmup(c.actor_steps, c.warmup_iter, iterations))]
-
-    def critic_program(self) -> Program:
-        """The critic step, ``critic_steps`` times an iteration."""
-        return Program("critic_step", self.critic_step, lambda s, rows: (self.abstract_critic(), s.critic_batch(rows)),
-                       self.config.critic_steps)
+        return critic_and_actor_programs(self, iterations)
 
     def pi_decodes(self, iterations: int) -> float:
         """One a_π decode for each critic and each actor step."""
         return sum(p.per_iteration for p in self.programs(iterations))
 
-    def pi_actions(self, states: States, sample: dict, key) -> list[str]:
-        """ArCHer's ``a_π``: a fresh sample from the current policy for each replayed observation."""
-        return self.parts.acting.pi_actions(self.policy(states), sample["policy_observation"], key)
-
     def critic_updates(self, states: States, replay: ReplayBuffer, iteration: int) -> States:
-        """``critic_steps`` critic steps, each on a fresh uniform batch with fresh ``a_π``."""
-        parts, critic = self.parts, states.critic
-        for step in range(self.config.critic_steps):
-            sample = replay.sample(parts.batch)
-            pi_texts = self.pi_actions(States(states.actor, critic), sample, parts.key_for(CRITIC, iteration, step))
-            batch = parts.pipeline.critic_batch(sample, parts.pipeline.critic_action_rows(sample["observation"], pi_texts))
-            critic, metrics = self.critic_step(critic, batch)
-            parts.metrics.add("critic", metrics)
-        return States(states.actor, critic)
+        return critic_phase(self, states, replay, iteration)
 
     def actor_updates(self, states: States, replay: ReplayBuffer, iteration: int) -> States:
-        """``actor_steps`` policy-gradient steps with the online critic's advantage of a fresh ``a_π``."""
-        parts, actor = self.parts, states.actor
-        for step in range(self.config.actor_steps):
-            sample = replay.sample(parts.batch)
-            key = parts.key_for(ACTOR, iteration, step)
-            batch = parts.acting.actor_batch(self.policy(States(actor, states.critic)), sample, key)
-            actor, metrics = self.actor_step(actor, states.critic.params, batch)
-            parts.metrics.add("actor", metrics)
-        return States(actor, states.critic)
+        return actor_phase(self, states, replay, iteration)
 
     def learn(self, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
-        """The critic every iteration; the actor too once ``warmup_iter`` iterations are done."""
-        states, critic_s = timed(self.critic_updates, states, replay, iteration)
-        actor_s = 0.0
-        if iteration > self.config.warmup_iter:
-            states, actor_s = timed(self.actor_updates, states, replay, iteration)
-        return states, {"critic": critic_s, "actor": actor_s}
+        return critic_then_actor(self, states, replay, iteration)

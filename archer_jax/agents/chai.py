@@ -151,7 +151,7 @@ class CHAI(archer.ArCHer):
 
     def programs(self, iterations: int) -> list[Program]:
         """ArCHer's critic step alone: CHAI trains no actor."""
-        return [self.critic_program()]
+        return [archer.critic_program(self)]
 
     def learn(self, states: States, replay: ReplayBuffer, iteration: int) -> tuple[States, dict[str, float]]:
         """``critic_steps`` critic steps; the policy is frozen."""

@@ -78,9 +78,9 @@ class OfflineDataset:
         return 0.0
 
 
-class OfflineArCHer(OfflineDataset, archer.ArCHer):
+class OfflineArCHer(OfflineDataset, Agent):
     """IQL critic steps every iteration, AWR actor steps after ``warmup_iter``, on the dataset
-    (ArCHer's ``learn``, with these critic and actor updates)."""
+    (ArCHer's iteration, :func:`archer.critic_then_actor`, with these critic and actor updates)."""
 
     name = "offline_archer"
     Config = Config
@@ -90,9 +90,19 @@ class OfflineArCHer(OfflineDataset, archer.ArCHer):
         return config_of(Config, run_config, groups={"iql": "learner"})
 
     def __init__(self, parts, config: Config):
-        Agent.__init__(self, parts, config)
+        super().__init__(parts, config)
         self.critic_step = iql_critic_step(self.networks, self.critic_tx, config.learner, config.iql)
         self.actor_step = archer.actor_step(self.networks, self.actor_tx, self.critic_tx, config.learner, config.iql)
+
+    @classmethod
+    def actor_waits_for_warmup(cls, config: Config) -> bool:
+        """The actor steps start after ``warmup_iter`` critic-only iterations."""
+        return config.actor_steps > 0
+
+    # ArCHer's critic start, programs and iteration, with the IQL and AWR updates below.
+    init_critic = archer.init_critic
+    programs = archer.critic_and_actor_programs
+    learn = archer.critic_then_actor
 
     def critic_updates(self, states: States, data: OfflineReplay, iteration: int) -> States:
         """``critic_steps`` IQL steps, each on a fresh uniform batch of dataset transitions."""

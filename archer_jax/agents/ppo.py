@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from archer_jax.agents import archer
-from archer_jax.agents.agent import NetworkSpec, config_of, group, timed
+from archer_jax.agents.agent import Agent, NetworkSpec, config_of, group, timed
 from archer_jax.agents.programs import Program, after_warmup
 from archer_jax.learners import ppo_estimators, train_state
 from archer_jax.learners.archer import utterance_advantage, utterance_q
@@ -113,7 +113,7 @@ def compile_turn_values(networks: Networks, ppo: PPOConfig):
     return jax.jit(networks.traced(fn, networks.critic_graphdef), out_shardings=shd.replicated(networks.mesh))
 
 
-class PPO(archer.ArCHer):
+class PPO(Agent):
     """PPO's epochs over each rollout (after ArCHer's critic steps for ``archer_hierarchical``).
 
     With ``kl_coef > 0`` every actor state carries a copy of its initial parameters as ``target``:
@@ -153,7 +153,7 @@ class PPO(archer.ArCHer):
                            value_model=values and config.ppo.value_head == "separate")
 
     def __init__(self, parts, config: Config):
-        archer.Agent.__init__(self, parts, config)
+        super().__init__(parts, config)
         networks, ppo = self.networks, config.ppo
         self.actor_target = ppo.kl_coef > 0
         self.ppo_step = compile_ppo_step(networks, self.actor_tx, ppo, config.learner.distribution)
@@ -161,6 +161,8 @@ class PPO(archer.ArCHer):
         if networks.has_critic:
             self.critic_step = archer.critic_step(networks, self.critic_tx, config.learner)
             self._turn_values = compile_turn_values(networks, ppo)
+
+    init_critic = archer.init_critic  # archer_hierarchical's critic starts as ArCHer's
 
     def actor_optimizer(self, learning_rate: float):
         """With a separate value model (``value_head="separate"``), the value model trains at the
@@ -190,13 +192,11 @@ class PPO(archer.ArCHer):
         tokens = pipeline.policy_batch(sample)
         obs, act = tokens.observation, tokens.action
         take = lambda t, i: Tokens(t.ids[i], t.mask[i])  # noqa: E731
-        logprobs, values = _in_chunks(lambda i: self.token_stats(states.actor, trimmed(take(obs, i)), take(act, i)),
-                                      len(obs.ids), parts.batch)
+        stats = lambda i, ref=False: self.token_stats(states.actor, trimmed(take(obs, i)), take(act, i), ref)  # noqa: E731
+        logprobs, values = _in_chunks(stats, len(obs.ids), parts.batch)
         reference = np.zeros_like(logprobs)
         if config.kl_coef:
-            reference, _ = _in_chunks(lambda i: self.token_stats(states.actor, trimmed(take(obs, i)), take(act, i),
-                                                                 reference=True),
-                                      len(obs.ids), parts.batch)
+            reference, _ = _in_chunks(lambda i: stats(i, True), len(obs.ids), parts.batch)
         layout = pipeline.dialogue_rows(np.asarray(sample["episode"]), act.mask.sum(axis=1))
         turn_q = np.zeros(len(obs.ids), np.float32)
         if config.estimator.needs_critic:
@@ -227,7 +227,7 @@ class PPO(archer.ArCHer):
                                                  *(s.vector(rows, s.action),) * 5)),
                        after_warmup(calls, self.config.warmup_iter, iterations) if hierarchical else calls)]
         if self.networks.has_critic:
-            out.insert(0, self.critic_program())
+            out.insert(0, archer.critic_program(self))
         return out
 
     def pi_decodes(self, iterations: int) -> float:
@@ -259,7 +259,7 @@ class PPO(archer.ArCHer):
         critic_s = actor_s = 0.0
         hierarchical = self.config.ppo.estimator.needs_critic
         if hierarchical:
-            states, critic_s = timed(self.critic_updates, states, replay, iteration)
+            states, critic_s = timed(archer.critic_phase, self, states, replay, iteration)
         if not hierarchical or iteration > self.config.warmup_iter:
             states, actor_s = timed(self.ppo_updates, states, replay, iteration)
         return states, {"critic": critic_s, "actor": actor_s}
