@@ -132,7 +132,7 @@ class Pretraining:
 def settings(config, mesh, limit: int | None) -> dict:
     """What a pretraining's result depends on besides its texts and starting weights (the cache key's)."""
     devices = mesh.devices
-    return dict(kind="critic_masked_lm", critic_pretrain=dict(config.critic_pretrain), limit=limit,
+    return dict(kind="critic_masked_lm", critic_pretrain=dataclasses.asdict(config.critic_pretrain), limit=limit,
                 max_length=config.model.max_critic_length, max_grad_norm=config.learner.max_grad_norm,
                 precision=str(jax.config.jax_default_matmul_precision), mesh=dict(mesh.shape),
                 devices=[devices.flat[0].platform, devices.flat[0].device_kind, devices.size])

@@ -334,7 +334,7 @@ def test_free_keys_change_without_the_flag(finished, tmp_path, caplog):
     # sft.cache is free although the other sft.* keys are fixed: the warm start is done.
     c = micro(**{**THREE, "iterations": 4, "eval_freq": 2}, sft__cache=str(tmp_path / "cache"))
     with caplog.at_level(logging.WARNING, logger="archer_jax"):
-        changes = train._config_changes(c, workdir, Checkpoints(workdir / "checkpoints"), allow=False)
+        changes = train._config_changes(validate(c), workdir, Checkpoints(workdir / "checkpoints"), allow=False)
     assert changes == {"eval_freq": (3, 2), "iterations": (3, 4), "sft.cache": ("", str(tmp_path / "cache"))}
     assert any("resuming with changed config keys: eval_freq, iterations, sft.cache" in r.getMessage()
                for r in caplog.records)
@@ -344,7 +344,7 @@ def test_free_keys_change_without_the_flag(finished, tmp_path, caplog):
 def test_a_workdir_without_a_checkpoint_starts_afresh_with_the_new_config(tmp_path, caplog):
     (tmp_path / "config.json").write_text(json.dumps({"learner": {"critic_lr": 0.5}}))
     with caplog.at_level(logging.WARNING, logger="archer_jax"):
-        changes = train._config_changes(micro(iterations=1), tmp_path, Checkpoints(tmp_path / "checkpoints"), allow=False)
+        changes = train._config_changes(validate(micro(iterations=1)), tmp_path, Checkpoints(tmp_path / "checkpoints"), allow=False)
     assert changes == {}
     assert not any("changed config" in r.getMessage() for r in caplog.records)
     assert json.loads((tmp_path / "config.json").read_text())["learner"]["critic_lr"] == micro().learner.critic_lr
