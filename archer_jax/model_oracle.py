@@ -140,10 +140,10 @@ def factory(spec: str, game: str) -> Callable[[], ModelOracle]:
     return functools.partial(shared, spec, game)
 
 
-def from_config(config) -> Callable[[], ModelOracle] | None:
-    """The :func:`factory` of the model oracle ``config.env.options.oracle`` names for
-    ``config.env.name``, or None: the env's embedded oracle, or an env without model oracles."""
-    spec = config.env.options.get("oracle", EMBEDDED)
-    if spec == EMBEDDED or config.env.name not in {game for _, game in FORMATS}:
+def from_config(env) -> Callable[[], ModelOracle] | None:
+    """The :func:`factory` of the model oracle ``env.options.oracle`` names for ``env.name`` (``env``:
+    the run's ``config.env`` group), or None: the env's embedded oracle, or an env without model oracles."""
+    spec = env.options.get("oracle", EMBEDDED)
+    if spec == EMBEDDED or env.name not in {game for _, game in FORMATS}:
         return None
-    return factory(spec, config.env.name)
+    return factory(spec, env.name)

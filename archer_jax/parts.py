@@ -130,7 +130,7 @@ class Parts:
         envs = max(len(host_share(c.rollout_size)), len(host_share(c.eval_size)), 1)  # this host's games
         if c.rollout.slots:  # continuous batching: that many dialogues at once
             envs = min(envs, c.rollout.slots)
-        self.pool = EnvPool(registry.env_factory(c, model_oracle.from_config(c)), envs, num_workers=c.env.workers,
+        self.pool = EnvPool(registry.env_factory(c.env, model_oracle.from_config(c.env)), envs, num_workers=c.env.workers,
                             timeout_s=c.env.timeout_s)
         self.metrics = StepMetrics(c.max_nonfinite_steps)  # the steps' metrics, and the non-finite watchdog
 

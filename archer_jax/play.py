@@ -62,7 +62,7 @@ def play(run: TrainedRun, ask: Callable[[str], str], say: Callable[[str], None],
          seed: int = 0) -> dict:
     """One game of ``run``'s env with the person as its oracle; returns how it ended."""
     c = run.config
-    env = registry.env_factory(c, oracle=lambda: PersonOracle(ask))()
+    env = registry.env_factory(c.env, oracle=lambda: PersonOracle(ask))()
     if not isinstance(env, QuestionGame):
         raise ConfigError(f"config.env.name: {c.env.name} has no oracle a person can stand in for; watch its games "
                           f"with python -m archer_jax.evaluate --workdir={run.workdir} --dialogues=3")

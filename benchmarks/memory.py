@@ -74,7 +74,7 @@ def measure(args) -> list[dict]:
             batch_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(args_[-1]))
             for micro in args.micro:
                 start = time.perf_counter()
-                compiled = programs[f"{step}_step"].jitted(n // micro).lower(*args_).compile()
+                compiled = programs[f"{step}_step"].lower(*args_, count=n // micro).compile()
                 analysis = compiled.memory_analysis()
                 rows.append(dict(step=step, remat=remat, micro_batch=micro, count=n // micro,
                                  temp_gib=analysis.temp_size_in_bytes / GIB,

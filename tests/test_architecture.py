@@ -318,3 +318,99 @@ def test_every_config_default_is_its_dataclass_default():
                 assert c[field.name] == field.default, f"{agent.name}: {field.name}"
                 compared += 1
     assert compared > 60
+
+
+
+
+MAX_CONFIG_MODULES = 8  # the config's path from the command line to the compiled steps
+
+
+def config_path(call, is_config, stop: type[Exception] | None = None) -> tuple[list[str], list[str]]:
+    """(the archer_jax modules a value that ``is_config`` is passed into while ``call()`` runs, in
+    the order first entered; those entered again after the config had left them). The config's
+    own methods and the helpers they hand themselves to are not steps on its path. ``stop``: an
+    exception that ends the call."""
+    import sys
+
+    modules, reentered = [], []
+
+    def on_stack(frame, module) -> bool:
+        frame = frame.f_back
+        while frame is not None:
+            if frame.f_globals.get("__name__") == module and frame.f_code.co_name in held.get(module, ()):
+                return True
+            frame = frame.f_back
+        return False
+
+    held: dict[str, set[str]] = {}  # module -> its functions that received the config
+
+    def hook(frame, event, arg):
+        module = frame.f_globals.get("__name__", "")
+        if event != "call" or not module.startswith("archer_jax"):
+            return
+        caller = frame.f_back.f_locals.get("self") if frame.f_back is not None else None
+        if not any(k != "self" and v is not caller and is_config(v) for k, v in frame.f_locals.items()):
+            return
+        if module not in modules:
+            modules.append(module)
+        elif not on_stack(frame, module) and module not in reentered:
+            reentered.append(module)
+        held.setdefault(module, set()).add(frame.f_code.co_name)
+
+    sys.setprofile(hook)
+    try:
+        call()
+    except Exception as e:
+        if stop is None or not isinstance(e, stop):
+            raise
+    finally:
+        sys.setprofile(None)
+    return modules, reentered
+
+
+class _Built(Exception):
+    pass
+
+
+def test_the_config_enters_few_modules_once_on_its_way_to_the_steps(tmp_path, monkeypatch):
+    """The command line's ConfigDict goes to train_and_evaluate, which validates it into the typed
+    RunConfig and hands that to build_agent: followed until the agent's steps are built. Each
+    component gets its own group (``config.env``, the agent's ``Config``), not the whole config."""
+    from archer_jax.config import RunConfig
+    from archer_jax.run import loop
+    from tests.run.test_train_app import micro
+
+    real, built = loop.build_agent, []
+
+    def build_and_stop(config, workdir):
+        built.append(real(config, workdir))
+        raise _Built
+
+    monkeypatch.setattr(loop, "build_agent", build_and_stop)
+    c = micro(sft__steps=0)
+
+    def whole(value) -> bool:  # the command line's ConfigDict, or the RunConfig validated from it
+        return value is c or isinstance(value, RunConfig)
+
+    modules, reentered = config_path(lambda: loop.train_and_evaluate(c, tmp_path / "run"), whole, stop=_Built)
+    try:
+        assert built and built[0].programs(1)  # the agent, its steps built
+    finally:
+        if built:
+            built[0].parts.close()
+    modules = ["archer_jax.run.cli", *modules]  # the command line parses the flags and calls the loop
+    assert len(modules) <= MAX_CONFIG_MODULES, " -> ".join(modules)
+    assert not reentered, (reentered, " -> ".join(modules))
+
+
+def test_the_config_path_sees_each_module_the_config_enters_and_reenters():
+    from archer_jax import config as config_lib
+    from tests.run.test_train_app import micro
+
+    c = micro()
+    modules, reentered = config_path(lambda: config_lib.validate(c), lambda v: v is c)
+    assert modules[0] == "archer_jax.config" and not reentered
+    modules, reentered = config_path(lambda: (config_lib.validate(c), config_lib.validate(c)), lambda v: v is c)
+    assert reentered[0] == "archer_jax.config"  # left, then entered again
+    sentinel = object()
+    assert config_path(lambda: config_lib.validate(c), lambda v: v is sentinel) == ([], [])

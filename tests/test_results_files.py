@@ -96,3 +96,23 @@ def test_write_result_stores_no_absolute_path(common, tmp_path):
     data = json.loads(path.read_text())
     assert not _machine_paths(data), _machine_paths(data)
     assert data["config"]["profile"] == "trace" and data["rows"] == [{"file": "a"}]
+
+
+def scripts_by_kind(readme: str) -> dict[str, list[str]]:
+    """The script names in each row of benchmarks/README.md's table of scripts by kind."""
+    section = readme.split("## The scripts, by kind", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|") for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    return {cells[1].strip(): re.findall(r"`([\w.]+\.(?:py|sh))`", cells[2]) for cells in rows}
+
+
+def test_every_benchmark_script_has_one_kind_in_the_readme():
+    listed = [name for names in scripts_by_kind((ROOT / "benchmarks" / "README.md").read_text()).values()
+              for name in names]
+    present = sorted(p.name for p in (ROOT / "benchmarks").iterdir() if p.suffix in (".py", ".sh"))
+    assert sorted(listed) == present  # each once, none missing, none stale
+
+
+def test_the_kind_check_sees_a_missing_script():
+    table = "## The scripts, by kind\n\n| kind | scripts |\n|---|---|\n| speed | `iteration.py`, `learner.py` |\n"
+    assert scripts_by_kind(table) == {"speed": ["iteration.py", "learner.py"]}
+    assert scripts_by_kind(table.replace(", `learner.py`", "")) != scripts_by_kind(table)

@@ -20,6 +20,7 @@ The run's shared parts (models, tokenizers, sampler, input pipeline, env pool, m
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -66,7 +67,7 @@ def check_value_head(networks, needed: bool, what: str) -> None:
 def bc_step(networks, tx: optax.GradientTransformation, with_target: bool = False,
             limit: int | None | str = "networks") -> StepProgram:
     """The behaviour-cloning step on the actor (filtered BC, the SFT warm start), compiled."""
-    return networks.compile_step(networks.traced(bc.bc_step, networks.actor_graphdef, tx),
+    return networks.compile_step(functools.partial(bc.bc_step, networks.actor_graphdef, tx),
                                  networks.actor_shardings(tx, with_target), networks.bc_batch_shardings(), limit=limit)
 
 

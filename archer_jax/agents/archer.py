@@ -65,8 +65,8 @@ class Config:
 
 def critic_step(networks: Networks, tx, learner: LearnerConfig) -> StepProgram:
     """ArCHer's critic step (TD, then Polyak), compiled."""
-    return networks.compile_step(networks.traced(archer.critic_step, networks.critic_graphdef, tx, learner.gamma,
-                                                 learner.tau),
+    return networks.compile_step(functools.partial(archer.critic_step, networks.critic_graphdef, tx, learner.gamma,
+                                                   learner.tau),
                                  networks.critic_shardings(tx), networks.critic_batch_shardings())
 
 
@@ -74,10 +74,9 @@ def actor_step(networks: Networks, tx, critic_tx, learner: LearnerConfig, *optio
                with_target: bool = False) -> StepProgram:
     """The actor step with the online critic's advantage (its loss from ``learner.actor_loss``, its
     log-probs under ``learner.distribution``: the one the actions were sampled from), compiled."""
-    step = networks.traced(functools.partial(archer.actor_step, loss_options=loss_options(learner, *option_configs),
-                                             distribution=learner.distribution,
-                                             center_advantage=learner.center_advantage),
-                           networks.actor_graphdef, networks.critic_graphdef, tx, learner.actor_loss)
+    step = functools.partial(archer.actor_step, networks.actor_graphdef, networks.critic_graphdef, tx, learner.actor_loss,
+                             loss_options=loss_options(learner, *option_configs), distribution=learner.distribution,
+                             center_advantage=learner.center_advantage)
     return networks.compile_step(step, networks.actor_shardings(tx, with_target), networks.critic_shardings(critic_tx).params,
                                  networks.actor_batch_shardings())
 

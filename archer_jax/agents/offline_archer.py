@@ -12,6 +12,7 @@ dataset of dialogues, no rollouts.
 
 from __future__ import annotations
 
+import functools
 import dataclasses
 from typing import ClassVar
 
@@ -55,8 +56,8 @@ def refuse_rollouts_ahead(rollout: RolloutConfig) -> None:
 
 def iql_critic_step(networks: Networks, tx, learner, iql: IQLConfig) -> StepProgram:
     """The IQL critic step (TD for Q, expectile for V, Polyak), compiled."""
-    step = networks.traced(offline_archer.iql_critic_step, networks.critic_graphdef, tx, learner.gamma, learner.tau,
-                           iql.expectile, iql.iql_v_target)
+    step = functools.partial(offline_archer.iql_critic_step, networks.critic_graphdef, tx, learner.gamma, learner.tau,
+                             iql.expectile, iql.iql_v_target)
     return networks.compile_step(step, networks.critic_shardings(tx), networks.critic_batch_shardings())
 
 

@@ -38,6 +38,7 @@ from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import Tokens, next_power_of_two
 from archer_jax.parts_config import RolloutConfig
 from archer_jax.replay import ReplayBuffer
+from archer_jax.runtime.precision import traced_with
 from archer_jax.runtime import sharding as shd
 
 
@@ -92,7 +93,7 @@ def _in_chunks(fn, count: int, size: int) -> list[np.ndarray]:
 def compile_ppo_step(networks: Networks, tx, ppo: PPOConfig, distribution: TokenDistribution) -> StepProgram:
     """PPO's step on a minibatch (:func:`archer_jax.learners.ppo.ppo_step`), its log-probs under
     ``distribution`` (the rollouts'), compiled."""
-    return networks.compile_step(networks.traced(ppo_step, networks.actor_graphdef, tx, ppo, distribution),
+    return networks.compile_step(functools.partial(ppo_step, networks.actor_graphdef, tx, ppo, distribution),
                                  networks.actor_shardings(tx, ppo.kl_coef > 0),
                                  PPOBatch(networks.tokens_sharding(), networks.tokens_sharding(),
                                           *(networks.batch_sharding(2),) * 5))
@@ -102,7 +103,8 @@ def compile_token_stats(networks: Networks, distribution: TokenDistribution):
     """``(params, frozen, observation, action) -> (log-probs, values)`` per action token, jitted
     (:func:`archer_jax.learners.ppo.token_stats`, under ``distribution``: the rollouts')."""
     replicated = shd.replicated(networks.mesh)
-    return jax.jit(networks.traced(token_stats, networks.actor_graphdef, distribution),
+    stats = traced_with(functools.partial(token_stats, networks.actor_graphdef, distribution), networks.matmul_precision)
+    return jax.jit(stats,
                    out_shardings=(replicated, replicated))
 
 
@@ -110,7 +112,8 @@ def compile_turn_values(networks: Networks, ppo: PPOConfig):
     """``(critic_params, observation, action) ->`` the turn level of ``archer_hierarchical``:
     ``min Q(s, a)``, or ``min Q(s, a) - min V(s)`` with ``critic_baseline``, jitted."""
     fn = utterance_advantage if ppo.critic_baseline else utterance_q
-    return jax.jit(networks.traced(fn, networks.critic_graphdef), out_shardings=shd.replicated(networks.mesh))
+    return jax.jit(traced_with(functools.partial(fn, networks.critic_graphdef), networks.matmul_precision),
+                   out_shardings=shd.replicated(networks.mesh))
 
 
 class PPO(Agent):

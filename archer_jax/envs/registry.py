@@ -4,7 +4,7 @@ Each entry turns a config into a picklable zero-argument factory (what
 :class:`archer_jax.envs.pool.EnvPool` starts in its workers) and, where the env has one, a
 scripted expert for the SFT warm start. Your own env plugs in two ways:
 
-    registry.register("my_game", lambda config: functools.partial(MyGame, **config.env.options))
+    registry.register("my_game", lambda env: functools.partial(MyGame, **env.options))
     --config.env.name=my_package.my_module:MyGame      # called with config.env.options as keywords
 """
 
@@ -44,10 +44,12 @@ DETECTIVE_HINT = (
 class EnvSpec:
     """How to build one named env from a config.
 
-    ``factory(config)`` returns a picklable zero-argument env factory (a question game's also
+    ``factory(env)`` (``env``: the run's ``config.env`` group: its name, ``max_turns`` and
+    ``options``) returns a picklable zero-argument env factory (a question game's also
     takes ``oracle=``, its model oracle's factory: :func:`env_factory`). ``expert(kind, seed)``, when
     set, returns a scripted player with ``act(observation) -> action`` for SFT data.
-    ``options`` are the ``config.env.options`` keys the env accepts (with their defaults).
+    ``options`` are the ``config.env.options`` keys the env accepts (with their defaults);
+    ``check(config)`` (the whole run config, at validation) raises ConfigError for bad ones.
     """
 
     factory: Callable[[Any], EnvFactory]
@@ -56,28 +58,28 @@ class EnvSpec:
     check: Callable[[Any], None] | None = None
 
 
-def _oracle(config, oracle: OracleFactory | None = None) -> str | OracleFactory:
+def _oracle(env, oracle: OracleFactory | None = None) -> str | OracleFactory:
     """What a question game gets as ``oracle``: the model oracle's factory handed in, else the
     option (its spec: the game refuses a model's, which only a factory from above can load)."""
-    return config.env.options.get("oracle", EMBEDDED) if oracle is None else oracle
+    return env.options.get("oracle", EMBEDDED) if oracle is None else oracle
 
 
-def _twenty_questions(config, oracle: OracleFactory | None = None) -> EnvFactory:
-    return functools.partial(TwentyQuestions, max_turns=config.env.max_turns, oracle=_oracle(config, oracle))
+def _twenty_questions(env, oracle: OracleFactory | None = None) -> EnvFactory:
+    return functools.partial(TwentyQuestions, max_turns=env.max_turns, oracle=_oracle(env, oracle))
 
 
-def _twenty_questions_subset(config, oracle: OracleFactory | None = None) -> EnvFactory:
-    return functools.partial(TwentyQuestionsSubset, max_turns=config.env.max_turns, oracle=_oracle(config, oracle))
+def _twenty_questions_subset(env, oracle: OracleFactory | None = None) -> EnvFactory:
+    return functools.partial(TwentyQuestionsSubset, max_turns=env.max_turns, oracle=_oracle(env, oracle))
 
 
-def _guess_my_city(config, oracle: OracleFactory | None = None) -> EnvFactory:
-    return functools.partial(GuessMyCity, max_turns=config.env.max_turns, oracle=_oracle(config, oracle))
+def _guess_my_city(env, oracle: OracleFactory | None = None) -> EnvFactory:
+    return functools.partial(GuessMyCity, max_turns=env.max_turns, oracle=_oracle(env, oracle))
 
 
 def _check_oracle(config) -> None:
     """``env.options.oracle`` is 'embedded', 't5:PATH' or 'lm:PATH' with a format for this env, a
     path that exists (or a hub name), and a model oracle runs with the envs in this process."""
-    spec = _oracle(config)
+    spec = _oracle(config.env)
     try:
         kind, path = parse(spec, config.env.name)
     except ValueError as e:
@@ -95,12 +97,12 @@ def _check_oracle(config) -> None:
                           f"in this process; set env.workers=0 (got {config.env.workers})")
 
 
-def _detective(config) -> EnvFactory:
-    options = config.env.options
+def _detective(env) -> EnvFactory:
+    options = env.options
     return functools.partial(
         Detective,
         Path(options["game_path"]).expanduser(),
-        max_steps=config.env.max_turns,
+        max_steps=env.max_turns,
         list_valid_actions=options.get("list_valid_actions", True),
     )
 
@@ -113,12 +115,12 @@ def _check_detective(config) -> None:
         raise ConfigError(f"config.env.options.game_path: {path} does not exist; {DETECTIVE_HINT}")
 
 
-def _webshop(config) -> EnvFactory:
-    options = config.env.options
+def _webshop(env) -> EnvFactory:
+    options = env.options
     return functools.partial(
         WebShop,
         options.get("base_url", DEFAULT_URL),
-        max_steps=config.env.max_turns,
+        max_steps=env.max_turns,
         timeout_s=options.get("timeout_s", 10.0),
         train_goals=tuple(options.get("train_goals", TRAIN_GOALS)),
         eval_goals=tuple(options.get("eval_goals", EVAL_GOALS)),
@@ -173,7 +175,7 @@ ENVS: dict[str, EnvSpec] = {
 
 
 def register(name: str, factory: Callable[[Any], EnvFactory], *, expert=None, options: dict | None = None) -> None:
-    """Makes ``config.env.name = name`` build envs with ``factory(config)``."""
+    """Makes ``config.env.name = name`` build envs with ``factory(config.env)``."""
     ENVS[name] = EnvSpec(factory, expert, dict(options or {}))
 
 
@@ -211,14 +213,15 @@ def check_options(name: str, config) -> None:
         spec.check(config)
 
 
-def env_factory(config, oracle: OracleFactory | None = None) -> EnvFactory:
-    """The picklable zero-argument factory of ``config.env.name``. ``oracle``: the picklable
-    zero-argument factory of the model oracle ``config.env.options.oracle`` names, built above the
-    envs (:func:`archer_jax.model_oracle.from_config`), or None (the env's embedded oracle)."""
-    if config.env.name in ENVS:
-        spec = ENVS[config.env.name]
-        return spec.factory(config) if oracle is None else spec.factory(config, oracle=oracle)
-    return functools.partial(_imported(config.env.name), **dict(config.env.options))
+def env_factory(env, oracle: OracleFactory | None = None) -> EnvFactory:
+    """The picklable zero-argument factory of ``env.name`` (``env``: the run's ``config.env``
+    group). ``oracle``: the picklable zero-argument factory of the model oracle
+    ``env.options.oracle`` names, built above the envs (:func:`archer_jax.model_oracle.from_config`),
+    or None (the env's embedded oracle)."""
+    if env.name in ENVS:
+        spec = ENVS[env.name]
+        return spec.factory(env) if oracle is None else spec.factory(env, oracle=oracle)
+    return functools.partial(_imported(env.name), **dict(env.options))
 
 
 def expert(config, kind: str, seed: int):

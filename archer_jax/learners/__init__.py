@@ -13,7 +13,7 @@
 * :mod:`~archer_jax.learners.critic`, :mod:`~archer_jax.learners.actor`: the networks.
 * :mod:`~archer_jax.learners.batches`: batch types and their layout from token rows.
 * :class:`~archer_jax.learners.networks.Networks`: the networks' graphs, shardings and states;
-  :func:`~archer_jax.learners.step_program.compile_step` jits a step with explicit shardings (each
+  :class:`~archer_jax.learners.step_program.StepProgram` jits a step with explicit shardings (each
   algorithm in :mod:`archer_jax.agents` compiles the steps it needs).
 * :class:`~archer_jax.learners.learner_config.LearnerConfig`: the learner's shared hyperparameters.
 """
@@ -25,7 +25,7 @@ from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import CriticValues, DoubleCritic, MLPHead
 from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.networks import Networks
-from archer_jax.learners.step_program import compile_step
+from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.optimization import polyak
 from archer_jax.learners.selection import chai_select, filtered_bc_mask
 from archer_jax.learners.train_state import TrainState, split_params
@@ -44,13 +44,13 @@ __all__ = [
     "MLPHead",
     "Networks",
     "PolicyTerms",
+    "StepProgram",
     "TokenBaseline",
     "Tokens",
     "TrainState",
     "action_logprobs",
     "advantage",
     "chai_select",
-    "compile_step",
     "filtered_bc_mask",
     "get_actor_loss",
     "pack",

@@ -3,8 +3,8 @@
     networks = Networks(Actor(policy), DoubleCritic(encoder, rngs=nnx.Rngs(0)), mesh=make_mesh())
     tx = train_state.optimizer(1e-5, 1.0)
     critic = networks.init_critic(tx)
-    program = networks.compile_step(networks.traced(step, networks.critic_graphdef, tx),
-                                    networks.critic_shardings(tx), critic_batch_shardings(networks))
+    program = networks.compile_step(functools.partial(step, networks.critic_graphdef, tx),
+                                    networks.critic_shardings(tx), networks.critic_batch_shardings())
 
 Parameters, target and optimizer moments are sharded by their logical axes
 (:mod:`archer_jax.runtime.sharding`); batch arrays ``[batch, ...]`` are split on the batch axis over the
@@ -27,11 +27,10 @@ from archer_jax.learners.actor import Actor
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.critic import DoubleCritic
 from archer_jax.learners.micro_batching import AUTO
-from archer_jax.learners.step_program import StepProgram, abstract, compile_step, is_abstract
+from archer_jax.learners.step_program import StepProgram, abstract, is_abstract
 from archer_jax.learners.train_state import TrainState
 from archer_jax.models.tokenizer import Tokens
 from archer_jax.runtime import sharding as shd
-from archer_jax.runtime.precision import traced_with
 
 
 def _host_values(params: nnx.State) -> nnx.State:
@@ -110,15 +109,13 @@ class Networks:
 
     # ---- programs ---------------------------------------------------------------------------
 
-    def traced(self, step, *static):
-        """``step`` with its static arguments bound, traced under the networks' matmul precision."""
-        return traced_with(functools.partial(step, *static), self.matmul_precision)
-
     def compile_step(self, step, state_shardings: TrainState, *inputs, limit: int | None | str = "networks") -> StepProgram:
-        """``step(state, *inputs)`` on this mesh with these micro-batch settings
-        (:func:`archer_jax.learners.step_program.compile_step`; ``limit``: another micro-batch limit)."""
-        return compile_step(step, state_shardings, *inputs, mesh=self.mesh, micro_batch_size=self.micro_batch_size,
-                            limit=self.micro_batch_limit if limit == "networks" else limit)
+        """``step(state, *inputs)`` (its static arguments bound with ``functools.partial``) as a
+        :class:`~archer_jax.learners.step_program.StepProgram` on this mesh, with these micro-batch
+        settings and this matmul precision (``limit``: another micro-batch limit)."""
+        return StepProgram(step, state_shardings, *inputs, mesh=self.mesh, micro_batch_size=self.micro_batch_size,
+                           limit=self.micro_batch_limit if limit == "networks" else limit,
+                           matmul_precision=self.matmul_precision)
 
     # ---- states -----------------------------------------------------------------------------
 

@@ -1,15 +1,19 @@
-"""One way to compile a learner step: ``compile_step(step, state_shardings, *inputs)``.
+"""One way to compile a learner step: ``StepProgram(step, state_shardings, *inputs, mesh=mesh)``.
 
-    program = compile_step(step, critic_shardings, critic_batch_shardings, mesh=mesh)
+    program = StepProgram(step, critic_shardings, critic_batch_shardings, mesh=mesh)
     state, metrics = program(state, batch)                       # run it on arrays
     compiled = program.lower(*abstract(state, batch)).compile()  # or compile it from shapes alone
 
 ``step(state, *inputs, micro_batches=n)`` is a pure function of pytrees (its batch the last input);
-the program jits it over the shardings given, its state donated and its metrics replicated, with
-the batch cut into micro-batches by memory (:class:`StepProgram`; the sizes' rules:
-:mod:`archer_jax.learners.micro_batching`). It lowers
+the program calls ``jax.jit`` on it itself, over the shardings given, its state donated and its
+metrics replicated, traced under the matmul precision given, with the batch cut into micro-batches
+by memory (the sizes' rules: :mod:`archer_jax.learners.micro_batching`). It lowers
 from arrays or from :class:`jax.ShapeDtypeStruct`s that carry their shardings (:func:`abstract`),
 so a program can be compiled for devices that hold no weights, such as a TPU topology's.
+
+A state's frozen weights (a LoRA policy's base) travel as an argument of their own: the state is
+donated (updated in place) but the frozen weights are not, so every reference to them stays valid
+and they are never copied.
 """
 
 from __future__ import annotations
@@ -27,18 +31,9 @@ from archer_jax.runtime import sharding as shd
 from archer_jax.learners.micro_batching import (AUTO, HEADROOM, Layout, candidate_sizes, device_free_bytes, exhausted_bytes,
                                                 out_of_memory, parse_micro_batch_size, program_bytes, shares_host_memory,
                                                 size_text)
-from archer_jax.runtime.precision import program_name
+from archer_jax.runtime.precision import program_name, traced_with
 
 log = logging.getLogger(__name__)
-
-
-def compile_step(step: Callable, state_shardings, *inputs, mesh: Mesh, micro_batch_size: int | str = AUTO,
-                 limit: int | None = None) -> StepProgram:
-    """``step(state, *inputs)`` jitted over ``state_shardings`` and the inputs' shardings (its state
-    donated), returning the new state and replicated metrics; ``micro_batch_size`` and ``limit``
-    as :class:`StepProgram`'s."""
-    return StepProgram(step, mesh=mesh, micro_batch_size=micro_batch_size, limit=limit, donate_argnums=(0,),
-                       in_shardings=(state_shardings, *inputs), out_shardings=(state_shardings, shd.replicated(mesh)))
 
 
 def abstract(tree, shardings):
@@ -68,77 +63,70 @@ def _describe(batch) -> str:
     return "lengths " + "/".join(str(s[0]) for s in shapes) if shapes else "no token axes"
 
 
-class FrozenApart:
-    """``jax.jit`` of a step whose first argument is a :class:`TrainState`, with the state's frozen
-    weights (a LoRA policy's base) passed as an argument of their own: the state is donated (updated
-    in place) but the frozen weights are not, so every reference to them stays valid and they are
-    never copied. Called, and lowered, with the same arguments as the step."""
+def _frozen_apart(step: Callable) -> Callable:
+    """``step(state, *rest)`` as ``program(state, frozen, *rest)``: the state's frozen weights an
+    argument of their own (not donated), and left out of the state it returns."""
+    def program(state, frozen, *rest):
+        new, *out = step(state._replace(frozen=frozen), *rest)
+        return (new._replace(frozen=None), *out)
 
-    def __init__(self, step: Callable, *, in_shardings, out_shardings, donate_argnums=()):
-        state_sh, *rest_sh = in_shardings
-        self._jit = jax.jit(
-            self._apart(step),
-            in_shardings=(state_sh._replace(frozen=None), state_sh.frozen, *rest_sh),
-            out_shardings=(out_shardings[0]._replace(frozen=None), *out_shardings[1:]),
-            donate_argnums=donate_argnums,
-        )
-
-    @staticmethod
-    def _apart(step: Callable) -> Callable:
-        def program(state, frozen, *rest):
-            new, *out = step(state._replace(frozen=frozen), *rest)
-            return (new._replace(frozen=None), *out)
-
-        program.__name__ = program_name(step)  # what XLA names the program (not functools.wraps: its
-        return program  # __wrapped__ would give jit the step's signature, without ``frozen``
-
-    def __call__(self, state, *rest):
-        new, *out = self._jit(state._replace(frozen=None), state.frozen, *rest)
-        return (new._replace(frozen=state.frozen), *out)
-
-    def lower(self, state, *rest) -> jax.stages.Lowered:
-        return self._jit.lower(state._replace(frozen=None), state.frozen, *rest)
+    program.__name__ = program_name(step)  # what XLA names the program (not functools.wraps: its
+    return program  # __wrapped__ would give jit the step's signature, without ``frozen``
 
 
 class StepProgram:
-    """One learner step (``step(*args, micro_batches=n)``, its batch the last argument), jitted once
-    per micro-batch count, with the count chosen per batch shape (see the module docstring)."""
+    """``step(state, *inputs, micro_batches=n)`` (its batch the last input) jitted over
+    ``state_shardings`` and the inputs' shardings, once per micro-batch count, with the count
+    chosen per batch shape (see the module docstring); ``micro_batch_size``: "auto" or a size;
+    ``limit``: "auto"'s largest micro-batch (None: no limit); ``free_bytes``: the devices' free
+    memory (None: :func:`~archer_jax.learners.micro_batching.device_free_bytes`)."""
 
     def __init__(
         self,
         step: Callable,
-        *,
+        state_shardings,
+        *inputs,
         mesh: Mesh,
         micro_batch_size: int | str = AUTO,
-        free_bytes: Callable[[Sequence[jax.Device]], int | None] | None = None,
         limit: int | None = None,
-        **jit_kwargs,
+        matmul_precision: str | None = None,
+        free_bytes: Callable[[Sequence[jax.Device]], int | None] | None = None,
     ):
-        self.step = step
+        self.step = traced_with(step, matmul_precision)
         self.name = program_name(step)
         self.mesh = mesh
         self.fixed = parse_micro_batch_size(micro_batch_size)
-        self.free_bytes = free_bytes  # None: device_free_bytes
-        self.limit = limit  # "auto" takes micro-batches of at most this many transitions (None: no limit)
-        self.jit_kwargs = jit_kwargs  # in_shardings, out_shardings, donate_argnums
+        self.free_bytes = free_bytes
+        self.limit = limit
+        self.in_shardings = (state_shardings, *inputs)
+        self.out_shardings = (state_shardings, shd.replicated(mesh))
         self.layouts: dict[tuple, Layout] = {}
         self._jitted: dict[int, Callable] = {}
         self._compiled: dict[tuple, jax.stages.Compiled] = {}  # (batch shape, count): what "auto" compiled
 
-    def jitted(self, count: int) -> "FrozenApart":
-        """The step jitted for ``count`` micro-batches (named as the step)."""
+    def jitted(self, count: int) -> jax.stages.Wrapped:
+        """The step jitted for ``count`` micro-batches (named as the step), called as
+        ``jitted(state_without_frozen, frozen, *inputs)``."""
         if count not in self._jitted:
-            self._jitted[count] = FrozenApart(functools.partial(self.step, micro_batches=count), **self.jit_kwargs)
+            (state_sh, *rest_sh), (out_state_sh, metrics_sh) = self.in_shardings, self.out_shardings
+            self._jitted[count] = jax.jit(
+                _frozen_apart(functools.partial(self.step, micro_batches=count)),
+                in_shardings=(state_sh._replace(frozen=None), state_sh.frozen, *rest_sh),
+                out_shardings=(out_state_sh._replace(frozen=None), metrics_sh),
+                donate_argnums=(0,))
         return self._jitted[count]
 
-    def __call__(self, *args):
+    def __call__(self, state, *inputs):
         # With several processes a host's NumPy batch (the same on every host) becomes a global array.
-        args = (*args[:-1], shd.global_arrays(args[-1], self.jit_kwargs["in_shardings"][-1]))
-        return self.jitted(self.layout(*args).count)(*args)
+        inputs = (*inputs[:-1], shd.global_arrays(inputs[-1], self.in_shardings[-1]))
+        count = self.layout(state, *inputs).count
+        new, metrics = self.jitted(count)(state._replace(frozen=None), state.frozen, *inputs)
+        return new._replace(frozen=state.frozen), metrics
 
-    def lower(self, *args) -> jax.stages.Lowered:
-        """The step lowered for ``args`` (arrays or ``ShapeDtypeStruct``s) in its chosen layout."""
-        return self.jitted(self.layout(*args).count).lower(*args)
+    def lower(self, *args, count: int | None = None) -> jax.stages.Lowered:
+        """The step lowered for ``args`` (arrays or ``ShapeDtypeStruct``s) in its chosen layout
+        (``count``: in this many micro-batches instead)."""
+        return self._lower(self.layout(*args).count if count is None else count, args)
 
     def compile(self, *args) -> jax.stages.Compiled:
         """The step compiled for ``args`` (arrays or ``ShapeDtypeStruct``s) in its chosen layout,
@@ -146,8 +134,12 @@ class StepProgram:
         count = self.layout(*args).count
         key = (_batch_key(args[-1]), count)
         if key not in self._compiled:
-            self._compiled[key] = self.jitted(count).lower(*args).compile()
+            self._compiled[key] = self._lower(count, args).compile()
         return self._compiled[key]
+
+    def _lower(self, count: int, args) -> jax.stages.Lowered:
+        state, *inputs = args
+        return self.jitted(count).lower(state._replace(frozen=None), state.frozen, *inputs)
 
     def layout(self, *args) -> Layout:
         """The layout of ``args``' batch shape: chosen (and compiled, for "auto") on first sight."""
@@ -191,7 +183,7 @@ class StepProgram:
         def need(size: int) -> int | None:
             if size not in needs:
                 try:
-                    compiled = self.jitted(rows // size).lower(*args).compile()
+                    compiled = self.lower(*args, count=rows // size).compile()
                 except jax.errors.JaxRuntimeError as e:  # a TPU compiler refuses what cannot fit its HBM
                     if not out_of_memory(e):
                         raise

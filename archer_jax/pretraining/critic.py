@@ -32,7 +32,7 @@ from flax import nnx
 from archer_jax.errors import TrainingError
 from archer_jax.learners import train_state
 from archer_jax.learners.masked_lm import MaskedLM, MLMBatch, mask_tokens, mlm_step
-from archer_jax.learners.step_program import compile_step
+from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.train_state import TrainState
 from archer_jax.models.tokenizer import Tokens, next_power_of_two, token_rows
 from archer_jax.pretraining import sft_cache
@@ -40,7 +40,6 @@ from archer_jax.records.progress import progress_bar
 from archer_jax.runtime import distributed
 from archer_jax.runtime import sharding as shd
 from archer_jax.runtime.config_keys import key
-from archer_jax.runtime.precision import traced_with
 
 if TYPE_CHECKING:  # only for type hints: the agent is built above this module
     from archer_jax.agents.agent import Agent
@@ -95,9 +94,9 @@ class Pretraining:
         shardings = train_state.shardings(jax.eval_shape(create, params), self.tx, mesh, shd.DEFAULT_RULES)
         self.state: TrainState = jax.jit(create, out_shardings=shardings)(params)
         batch = shd.batch_sharding(mesh, 2, batch_dim=0)
-        step = traced_with(functools.partial(mlm_step, self.graphdef, self.tx), matmul_precision)
-        self.step = compile_step(step, shardings, MLMBatch(Tokens(batch, batch), batch, batch), mesh=mesh,
-                                 micro_batch_size=micro_batch_size, limit=limit)
+        self.step = StepProgram(functools.partial(mlm_step, self.graphdef, self.tx), shardings,
+                                MLMBatch(Tokens(batch, batch), batch, batch), mesh=mesh,
+                                micro_batch_size=micro_batch_size, limit=limit, matmul_precision=matmul_precision)
 
     @property
     def encoder_params(self) -> nnx.State:

@@ -86,7 +86,7 @@ def _expert_dialogues(config) -> tuple[list[str], list[str]]:
     experts = [registry.expert(config, kind, seed=config.sft.seed * 1000 + i) for i, kind in enumerate(kinds)]
     rng = np.random.default_rng([config.sft.seed, 7])
     pairs: tuple[list[str], list[str]] = ([], [])
-    with EnvPool(registry.env_factory(config, model_oracle.from_config(config)), 1) as pool:
+    with EnvPool(registry.env_factory(config.env, model_oracle.from_config(config.env)), 1) as pool:
         for d in range(config.sft.dialogues):
             _play_one(pool, experts[d % len(experts)].act, int(rng.integers(2**31)), config.env.max_turns, pairs)
     return pairs
@@ -94,7 +94,7 @@ def _expert_dialogues(config) -> tuple[list[str], list[str]]:
 
 def _walkthrough(config) -> tuple[list[str], list[str]]:
     pairs: tuple[list[str], list[str]] = ([], [])
-    with EnvPool(registry.env_factory(config, model_oracle.from_config(config)), 1) as pool:
+    with EnvPool(registry.env_factory(config.env, model_oracle.from_config(config.env)), 1) as pool:
         env = pool.local_env(0)
         if not hasattr(env, "get_walkthrough"):
             raise ConfigError(f"config.sft.data: env {config.env.name!r} has no walkthrough")

@@ -205,7 +205,7 @@ def check_sft_data(config: RunConfig) -> None:
                               "use 'walkthrough' (detective) or a .jsonl file")
     elif data == "walkthrough":
         try:
-            env = envs.env_factory(config)  # a class (or a partial of one): no env is made
+            env = envs.env_factory(config.env)  # a class (or a partial of one): no env is made
         except Exception:  # e.g. the env's own package is missing: the env reports it when made
             return
         env_class = getattr(env, "func", env)

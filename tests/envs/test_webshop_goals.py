@@ -177,6 +177,6 @@ def test_config_check_names_the_option(caplog):
 
 
 def test_the_registry_passes_the_ranges_to_the_env():
-    env = registry.env_factory(_config(train_goals=[2000, 2100], eval_goals=(0, 500)))()
+    env = registry.env_factory(_config(train_goals=[2000, 2100], eval_goals=(0, 500)).env)()
     assert env.goals == GoalRanges((2000, 2100), (0, 500)) and env.max_steps == 10
-    assert registry.env_factory(_config())().goals == GoalRanges(TRAIN_GOALS, EVAL_GOALS)
+    assert registry.env_factory(_config().env)().goals == GoalRanges(TRAIN_GOALS, EVAL_GOALS)

@@ -76,7 +76,7 @@ def test_auto_takes_the_largest_micro_batch_that_fits(tiny_dirs, tokenizers, mon
     batch = learners.BCBatch(batch.observation, batch.action)
     program = learner.programs()["bc_step"]
     batch_bytes = sum(x.nbytes for x in jax.tree.leaves(batch))
-    need = {16 // count: program_bytes(program.jitted(count).lower(state, batch).compile(), batch_bytes)
+    need = {16 // count: program_bytes(program.lower(state, batch, count=count).compile(), batch_bytes)
             for count in (1, 2, 16)}
     assert need[16] > need[8] > need[1] > 0  # activations grow with the micro-batch
 
@@ -154,12 +154,9 @@ def test_a_size_the_compiler_refuses_for_memory_counts_as_not_fitting(monkeypatc
     refusal = ("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. the total memory required for HLO "
                "temporaries (17.48G) exceeds available HBM (15.75G).")
 
-    class Program:
+    class Lowered:
         def __init__(self, count):
             self.count = count
-
-        def lower(self, *args):
-            return self
 
         def compile(self):
             if self.count == 1:
@@ -168,9 +165,9 @@ def test_a_size_the_compiler_refuses_for_memory_counts_as_not_fitting(monkeypatc
                                      alias_size_in_bytes=0, generated_code_size_in_bytes=0)
             return SimpleNamespace(memory_analysis=lambda: memory)
 
-    program = step_program.StepProgram(lambda *a, **k: None, mesh=sharding.single_device_mesh(),
-                                         free_bytes=lambda devices: 10 * 2**30)
-    monkeypatch.setattr(program, "jitted", Program)
+    program = step_program.StepProgram(lambda *a, **k: None, None, None, mesh=sharding.single_device_mesh(),
+                                       free_bytes=lambda devices: 10 * 2**30)
+    monkeypatch.setattr(program, "lower", lambda *args, count: Lowered(count))
     batch = np.zeros((16, 4), np.float32)
     layout = program.layout(None, batch)
     assert (layout.size, layout.count, layout.need_bytes) == (8, 2, 8 * 2**30 + batch.nbytes)
