@@ -130,6 +130,15 @@ def make_data(w: Workload, seed: int = 0) -> Data:
     )
 
 
+def transition_lengths(w: Workload, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Observation lengths of one learner step's transitions at the real distribution of a replay
+    of ``w``'s games: a transition of turn t (uniform over the ``turns`` turns, as in a buffer of
+    games that run to their limit, a weak policy's) observes ``prompt_length(t)`` tokens and its
+    next observation ``prompt_length(t + 1)``. (The fixed workloads use ``observation`` for all.)"""
+    turn = rng.integers(0, w.turns, w.transitions)
+    return dict(observation=w.prompt_length(turn), next_observation=w.prompt_length(turn + 1))
+
+
 def to_critic_ids(policy_ids: np.ndarray, critic_vocab: int) -> np.ndarray:
     """a_π's ids for the critic (in place of detokenizing and tokenizing again)."""
     return (3 + policy_ids % (critic_vocab - 3)).astype(np.int32)
