@@ -89,6 +89,13 @@ class DoubleCritic(nnx.Module):
         out = self.encoder(tokens.ids, tokens.mask)
         return out.pooler_output if self.embedding == "pooler" else out.last_hidden_state[:, 0]
 
+    def embed_packed(self, ids: Array, segments: Array, positions: Array, starts: Array) -> Array:
+        """``e(x)``: ``[sequences, d]``, in input order, for sequences packed several to a row
+        (:func:`archer_jax.models.packing.pack`'s arrays): equal to :meth:`embed` of them padded."""
+        h = self.encoder(ids, segment_ids=segments, position_ids=positions).last_hidden_state
+        first = h[starts[:, 0], starts[:, 1]]
+        return self.encoder.pool(first) if self.embedding == "pooler" else first
+
     def q_values(self, state_embedding: Array, action_embedding: Array) -> tuple[Array, Array]:
         both = jnp.concatenate([state_embedding, action_embedding], axis=-1)
         return self.q1(both), self.q2(both)

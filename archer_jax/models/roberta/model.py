@@ -17,6 +17,7 @@ from flax import nnx
 from archer_jax.models.attention import MultiHeadAttention
 from archer_jax.models.config import HFConfig
 from archer_jax.models.layers import DType, activation, check_remat, dense, embedding, layer_norm, scan_layers
+from archer_jax.models.packing import segment_mask
 
 Array = jax.Array
 
@@ -122,19 +123,34 @@ class RobertaModel(nnx.Module):
         *,
         token_type_ids: Array | None = None,
         position_ids: Array | None = None,
+        segment_ids: Array | None = None,
     ) -> EncoderOutput:
-        """Encodes ``input_ids`` (``[batch, len]``); ``attention_mask`` is 1 for real tokens."""
-        if attention_mask is None:
-            attention_mask = jnp.ones_like(input_ids)
-        valid = attention_mask.astype(bool)
-        if position_ids is None:
-            position_ids = jnp.cumsum(valid, axis=-1, dtype=jnp.int32) * valid + self.config.pad_token_id
+        """Encodes ``input_ids`` (``[batch, len]``); ``attention_mask`` is 1 for real tokens.
+        ``segment_ids`` (in place of the mask): packed rows (:mod:`archer_jax.models.packing`),
+        each token attending only within its sequence and numbered from its sequence's start; the
+        pooler output is then the first sequence's of each row (pool the sequences' first tokens
+        of ``last_hidden_state`` with :meth:`pool`)."""
+        if segment_ids is not None:
+            valid = segment_ids > 0
+            mask = segment_mask(segment_ids)
+            if position_ids is None:
+                raise ValueError("packed rows need position_ids: each sequence's own (models.packing.pack's positions)")
+            position_ids = jnp.where(valid, position_ids + self.config.pad_token_id + 1, self.config.pad_token_id)
+        else:
+            if attention_mask is None:
+                attention_mask = jnp.ones_like(input_ids)
+            valid = attention_mask.astype(bool)
+            if position_ids is None:
+                position_ids = jnp.cumsum(valid, axis=-1, dtype=jnp.int32) * valid + self.config.pad_token_id
+            mask = valid[:, None, None, :]
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)
         x = self.embeddings(input_ids, position_ids, token_type_ids)
-        mask = valid[:, None, None, :]
         # A Python loop over the layers (min_layers above their count): for this post-LN stack it was
         # faster than a scan (layers.scan_layers).
         x = scan_layers(self.layers, x, lambda layer, h: layer(h, mask), min_layers=len(self.layers) + 1, remat=self.remat)
-        pooled = jnp.tanh(self.pooler(x[:, 0]))
-        return EncoderOutput(x, pooled)
+        return EncoderOutput(x, self.pool(x[:, 0]))
+
+    def pool(self, first: Array) -> Array:
+        """The pooler (dense + tanh) on first-token hidden states ``[..., hidden]``."""
+        return jnp.tanh(self.pooler(first))
