@@ -51,9 +51,16 @@ def advantage(values: CriticValues) -> Array:
 
 
 def embed_both(critic, first: Tokens, second: Tokens) -> tuple[Array, Array]:
-    """The critic's embeddings of two token batches of one length bucket, in one encoder pass."""
-    both = Tokens(jnp.concatenate([first.ids, second.ids]), jnp.concatenate([first.mask, second.mask]))
-    return jnp.split(critic.embed(both), 2)
+    """The critic's embeddings of two token batches of one length bucket, in one encoder pass.
+    Their rows are interleaved (row i of each side by side), not stacked: with the batch split
+    over devices each device then holds both halves of its own rows, and no rows move between
+    devices (stacking, then splitting, took an all-to-all and a collective-permute)."""
+    def interleaved(a: Array, b: Array) -> Array:
+        return jnp.stack([a, b], axis=1).reshape(2 * a.shape[0], *a.shape[1:])
+
+    both = Tokens(interleaved(first.ids, second.ids), interleaved(first.mask, second.mask))
+    e = critic.embed(both).reshape(first.ids.shape[0], 2, -1)
+    return e[:, 0], e[:, 1]
 
 
 def utterance_q(graphdef: nnx.GraphDef, params: nnx.State, observation: Tokens, action: Tokens) -> Array:

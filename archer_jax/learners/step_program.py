@@ -31,6 +31,7 @@ from archer_jax.runtime import sharding as shd
 from archer_jax.learners.micro_batching import (AUTO, HEADROOM, Layout, candidate_sizes, device_free_bytes, exhausted_bytes,
                                                 out_of_memory, parse_micro_batch_size, program_bytes, shares_host_memory,
                                                 size_text)
+from archer_jax.models.attention import with_batch_shards
 from archer_jax.runtime.precision import program_name, traced_with
 
 log = logging.getLogger(__name__)
@@ -109,8 +110,9 @@ class StepProgram:
         ``jitted(state_without_frozen, frozen, *inputs)``."""
         if count not in self._jitted:
             (state_sh, *rest_sh), (out_state_sh, metrics_sh) = self.in_shardings, self.out_shardings
+            step = with_batch_shards(functools.partial(self.step, micro_batches=count), shd.batch_size_multiple(self.mesh))
             self._jitted[count] = jax.jit(
-                _frozen_apart(functools.partial(self.step, micro_batches=count)),
+                _frozen_apart(step),
                 in_shardings=(state_sh._replace(frozen=None), state_sh.frozen, *rest_sh),
                 out_shardings=(out_state_sh._replace(frozen=None), metrics_sh),
                 donate_argnums=(0,))

@@ -3,6 +3,7 @@ GQA, rotary positions), RoBERTa (bidirectional) and T5 (relative position biases
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import NamedTuple
@@ -12,6 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from archer_jax.models.layers import DType, dense
+from archer_jax.runtime.precision import program_name
 
 Array = jax.Array
 
@@ -32,20 +34,67 @@ class KVCache(NamedTuple):
 CPU_BLOCK_BYTES = 2 << 20
 
 
-def block_rows(batch: int, heads: int, q_len: int, kv_len: int, block_bytes: int | None) -> int | None:
-    """Rows per block for :func:`dot_product_attention`: the largest divisor of ``batch`` whose
-    float32 scores fit in ``block_bytes`` (at least 1); None (one block) when all rows fit or
-    ``block_bytes`` is None."""
+def block_rows(batch: int, heads: int, q_len: int, kv_len: int, block_bytes: int | None, shards: int = 1) -> int | None:
+    """Rows per block for :func:`dot_product_attention`: ``shards`` times the largest divisor of
+    each shard's ``batch / shards`` rows whose float32 scores fit in ``block_bytes`` (at least 1);
+    None (one block) when a shard's rows all fit or ``block_bytes`` is None."""
     per_row = 4 * heads * q_len * kv_len
-    if block_bytes is None or batch * per_row <= block_bytes:
+    if batch % shards:
+        shards = 1
+    local = batch // shards
+    if block_bytes is None or local * per_row <= block_bytes:
         return None
     fit = max(1, block_bytes // per_row)
-    return max(r for r in range(1, min(fit, batch) + 1) if batch % r == 0)
+    return shards * max(r for r in range(1, min(fit, local) + 1) if local % r == 0)
+
+
+_BATCH_SHARDS: list[int] = []  # how many devices split the batch axis of the program being traced
+
+
+@contextlib.contextmanager
+def batch_shards(shards: int):
+    """Programs traced inside have their batch axis split over ``shards`` devices: attention's CPU
+    blocks then take rows from every device's share (each device loops over its own rows, and no
+    rows move between devices)."""
+    _BATCH_SHARDS.append(shards)
+    try:
+        yield
+    finally:
+        _BATCH_SHARDS.pop()
+
+
+def with_batch_shards(fn: Callable, shards: int) -> Callable:
+    """``fn``, traced inside :func:`batch_shards` (``shards`` 1: ``fn`` itself)."""
+    if shards == 1:
+        return fn
+
+    def traced(*args, **kwargs):
+        with batch_shards(shards):
+            return fn(*args, **kwargs)
+
+    traced.__name__ = program_name(fn)  # what XLA names the program
+    return traced
+
+
+_TARGET_PLATFORM: list[str] = []  # the platform programs are built for, when not this process's backend
+
+
+@contextlib.contextmanager
+def building_for(platform: str):
+    """Programs traced inside are built for ``platform`` ("cpu", "gpu", "tpu"), not for JAX's
+    default backend: a plan compiling for a TPU slice on a CPU host takes the TPU's attention path."""
+    _TARGET_PLATFORM.append(platform)
+    try:
+        yield
+    finally:
+        _TARGET_PLATFORM.pop()
 
 
 def default_block_bytes() -> int | None:
-    """:data:`CPU_BLOCK_BYTES` when JAX's default backend is the CPU, else None."""
-    return CPU_BLOCK_BYTES if jax.default_backend() == "cpu" else None
+    """:data:`CPU_BLOCK_BYTES` when programs are built for a CPU (JAX's default backend, unless
+    :func:`building_for` says otherwise), else None."""
+    platform = _TARGET_PLATFORM[-1] if _TARGET_PLATFORM else jax.default_backend()
+    return CPU_BLOCK_BYTES if platform == "cpu" else None
 
 
 def _masked_scores(q: Array, k: Array, mask: Array, scale: float, bias: Array | None = None) -> Array:
@@ -85,28 +134,35 @@ def _attend_grads(q, k, v, mask, out, row_max, row_sum, d_out, scale: float) -> 
     return d_q.astype(q.dtype), d_k.astype(k.dtype), d_v.astype(v.dtype)
 
 
-def _blocks(x: Array, rows: int) -> Array:
-    return x.reshape(x.shape[0] // rows, rows, *x.shape[1:])
+def _blocks(x: Array, rows: int, strided: bool) -> Array:
+    """``[batch, ...]`` as ``[blocks, rows, ...]``: consecutive rows, or (``strided``) rows
+    ``blocks`` apart, so that a batch split over devices in contiguous shards gives each block
+    the same number of rows from every shard and the loop over blocks stays on each device."""
+    if not strided:
+        return x.reshape(x.shape[0] // rows, rows, *x.shape[1:])
+    return jnp.swapaxes(x.reshape(rows, x.shape[0] // rows, *x.shape[1:]), 0, 1)
 
 
-def _unblock(x: Array) -> Array:
+def _unblock(x: Array, strided: bool) -> Array:
+    if strided:
+        x = jnp.swapaxes(x, 0, 1)
     return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _blocked_attention(q: Array, k: Array, v: Array, mask: Array, scale: float, rows: int) -> Array:
-    return _blocked_forward(q, k, v, mask, scale, rows)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _blocked_attention(q: Array, k: Array, v: Array, mask: Array, scale: float, rows: int, strided: bool) -> Array:
+    return _blocked_forward(q, k, v, mask, scale, rows, strided)[0]
 
 
-def _blocked_forward(q, k, v, mask, scale, rows):
-    blocks = tuple(_blocks(x, rows) for x in (q, k, v, mask))
-    out, row_max, row_sum = (_unblock(x) for x in jax.lax.map(lambda b: _attend(*b, scale), blocks))
+def _blocked_forward(q, k, v, mask, scale, rows, strided):
+    blocks = tuple(_blocks(x, rows, strided) for x in (q, k, v, mask))
+    out, row_max, row_sum = (_unblock(x, strided) for x in jax.lax.map(lambda b: _attend(*b, scale), blocks))
     return out, (q, k, v, mask, out, row_max, row_sum)
 
 
-def _blocked_backward(scale, rows, saved, d_out):
-    blocks = tuple(_blocks(x, rows) for x in (*saved, d_out))
-    d_q, d_k, d_v = (_unblock(x) for x in jax.lax.map(lambda b: _attend_grads(*b, scale), blocks))
+def _blocked_backward(scale, rows, strided, saved, d_out):
+    blocks = tuple(_blocks(x, rows, strided) for x in (*saved, d_out))
+    d_q, d_k, d_v = (_unblock(x, strided) for x in jax.lax.map(lambda b: _attend_grads(*b, scale), blocks))
     return d_q, d_k, d_v, None
 
 
@@ -145,12 +201,13 @@ def dot_product_attention(
     if block_bytes == "auto":
         block_bytes = default_block_bytes()
     batch, heads, q_len, _ = q.shape
-    rows = None if bias is not None else block_rows(batch, heads, q_len, k.shape[2], block_bytes)
+    shards = _BATCH_SHARDS[-1] if _BATCH_SHARDS else 1
+    rows = None if bias is not None else block_rows(batch, heads, q_len, k.shape[2], block_bytes, shards)
     if rows is None:
         probs = jax.nn.softmax(_masked_scores(q, k, mask, scale, bias), axis=-1).astype(v.dtype)
         return jnp.einsum("bhqk,bhkd->bhqd", probs, v)
     mask = jnp.broadcast_to(mask, (batch, *mask.shape[1:]))
-    return _blocked_attention(q, k, v, mask, scale, rows)
+    return _blocked_attention(q, k, v, mask, scale, rows, batch % shards == 0 and shards > 1)
 
 
 def grouped_attention(q: Array, k: Array, v: Array, mask: Array, scale: float, bias: Array | None = None) -> Array:

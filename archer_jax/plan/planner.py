@@ -24,6 +24,7 @@ from archer_jax.envs import oracle_formats
 from archer_jax.learners.micro_batching import program_bytes, size_text
 from archer_jax.learners.step_program import abstract
 from archer_jax.model_oracle import DEFAULT_T5_BASE
+from archer_jax.models import attention
 from archer_jax.models.t5 import generate as t5_generate
 from archer_jax.models.tokenizer import next_power_of_two
 from archer_jax.plan import slices
@@ -120,10 +121,17 @@ def _analyse(program: ProgramPlan, compiled, chip: slices.Chip | None, resident:
 def plan_run(config, target: slices.Target, workdir: Path, *, config_name: str = "",
              only: set[str] | None = None) -> Plan:
     """Compiles every program of one iteration of ``config`` (validated) for ``target`` (``only``:
-    the programs of these names, e.g. ``{"critic_step", "rollout"}``)."""
+    the programs of these names, e.g. ``{"critic_step", "rollout"}``), traced for the target's
+    platform (a TPU's attention path, not this CPU host's)."""
+    devices = target.devices()
+    with attention.building_for(devices[0].platform):
+        return _plan_run(config, target, devices, workdir, config_name, only)
+
+
+def _plan_run(config, target: slices.Target, devices, workdir: Path, config_name: str, only: set[str] | None) -> Plan:
     agent_class = agents.get(config.agent)
     agent_config = config.algorithm
-    parts = PlanParts(config, target.devices(), workdir, agent_class.networks_for(agent_config))
+    parts = PlanParts(config, devices, workdir, agent_class.networks_for(agent_config))
     agent = agent_class(parts, agent_config)
     c, chip = config, target.chip
     resident = device_bytes(agent.abstract_actor())

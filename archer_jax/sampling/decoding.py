@@ -38,7 +38,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from archer_jax.learners.step_program import abstract, is_abstract
 from archer_jax.models import token_distribution
-from archer_jax.models.attention import KVCache
+from archer_jax.models.attention import KVCache, with_batch_shards
 from archer_jax.models.causal_lm import CausalLMConfig, init_cache
 from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import bucket_length, next_power_of_two
@@ -463,7 +463,8 @@ class Decoder:
     def _traced(self, fn, *static, **kw):
         """``fn`` with its static arguments bound, traced under the matmul precision, and counted
         in :attr:`traces` each time it is traced (that is, compiled)."""
-        program = traced_with(functools.partial(fn, *static, **kw), self.matmul_precision)
+        program = with_batch_shards(traced_with(functools.partial(fn, *static, **kw), self.matmul_precision),
+                                    shd.batch_size_multiple(self.mesh))
 
         def counted(*args):
             self.traces += 1  # runs at trace time only

@@ -44,10 +44,16 @@ def test_every_program_of_an_iteration_compiles_for_a_single_host_slice(data_v5e
     for p in data_v5e.programs:
         assert p.argument_bytes > 0 and p.peak_bytes >= p.argument_bytes and p.fits, p
         assert p.flops > 0 and p.bytes_accessed > 0 and p.roofline_s > 0, p
-    # Data parallelism: the gradients are summed over the chips; the sampler needs no collective
-    # beyond its own rows (each chip decodes its share).
+    # Data parallelism: the gradients are summed over the chips (with the metrics' means), and that
+    # is all that crosses chips; the sampler needs no collective beyond the decode loop's "is any
+    # row still going" (each chip decodes its share). Nothing is gathered or moved between chips:
+    # not the CPU host's attention blocks, not the critic's s and s' rows.
     assert programs["critic_step"].collectives.get("all-reduce", 0) > 0
     assert programs["actor_step"].collectives.get("all-reduce", 0) > 0
+    for p in data_v5e.programs:
+        assert set(p.collectives) <= {"all-reduce"}, (p.name, p.collectives)
+        if "prefill" in p.name:
+            assert not p.collectives, (p.name, p.collectives)
     # The decode loop's cost is XLA's count of one step times the new tokens.
     assert programs["rollout decode"].flops > programs["rollout prefill"].flops / 64
     assert data_v5e.iteration_s > 0 and data_v5e.bound_by in programs
