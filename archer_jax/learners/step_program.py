@@ -110,7 +110,7 @@ class StepProgram:
         ``jitted(state_without_frozen, frozen, *inputs)``."""
         if count not in self._jitted:
             (state_sh, *rest_sh), (out_state_sh, metrics_sh) = self.in_shardings, self.out_shardings
-            step = with_batch_shards(functools.partial(self.step, micro_batches=count), shd.batch_size_multiple(self.mesh))
+            step = with_batch_shards(functools.partial(self.step, micro_batches=count), self.mesh)
             self._jitted[count] = jax.jit(
                 _frozen_apart(step),
                 in_shardings=(state_sh._replace(frozen=None), state_sh.frozen, *rest_sh),

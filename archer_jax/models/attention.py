@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from archer_jax.models.layers import DType, dense
+from archer_jax.runtime import sharding as shd
 from archer_jax.runtime.precision import program_name
 
 Array = jax.Array
@@ -63,8 +64,9 @@ def batch_shards(shards: int):
         _BATCH_SHARDS.pop()
 
 
-def with_batch_shards(fn: Callable, shards: int) -> Callable:
-    """``fn``, traced inside :func:`batch_shards` (``shards`` 1: ``fn`` itself)."""
+def with_batch_shards(fn: Callable, mesh) -> Callable:
+    """``fn``, traced inside :func:`batch_shards` for ``mesh``'s batch split (none: ``fn`` itself)."""
+    shards = shd.batch_size_multiple(mesh)
     if shards == 1:
         return fn
 

@@ -461,10 +461,9 @@ class Decoder:
         return -(-next_power_of_two(batch) // multiple) * multiple
 
     def _traced(self, fn, *static, **kw):
-        """``fn`` with its static arguments bound, traced under the matmul precision, and counted
-        in :attr:`traces` each time it is traced (that is, compiled)."""
-        program = with_batch_shards(traced_with(functools.partial(fn, *static, **kw), self.matmul_precision),
-                                    shd.batch_size_multiple(self.mesh))
+        """``fn`` with its static arguments bound, traced under the matmul precision and the mesh's
+        batch split, and counted in :attr:`traces` each time it is traced (that is, compiled)."""
+        program = with_batch_shards(traced_with(functools.partial(fn, *static, **kw), self.matmul_precision), self.mesh)
 
         def counted(*args):
             self.traces += 1  # runs at trace time only
