@@ -12,8 +12,8 @@ dataset of dialogues, no rollouts.
 
 from __future__ import annotations
 
-import functools
 import dataclasses
+import functools
 from typing import ClassVar
 
 from archer_jax.agents import archer

@@ -38,8 +38,8 @@ from archer_jax.models.token_distribution import TokenDistribution
 from archer_jax.models.tokenizer import Tokens, next_power_of_two
 from archer_jax.parts_config import RolloutConfig
 from archer_jax.replay import ReplayBuffer
-from archer_jax.runtime.precision import traced_with
 from archer_jax.runtime import sharding as shd
+from archer_jax.runtime.precision import traced_with
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +104,7 @@ def compile_token_stats(networks: Networks, distribution: TokenDistribution):
     (:func:`archer_jax.learners.ppo.token_stats`, under ``distribution``: the rollouts')."""
     replicated = shd.replicated(networks.mesh)
     stats = traced_with(functools.partial(token_stats, networks.actor_graphdef, distribution), networks.matmul_precision)
-    return jax.jit(stats,
-                   out_shardings=(replicated, replicated))
+    return jax.jit(stats, out_shardings=(replicated, replicated))
 
 
 def compile_turn_values(networks: Networks, ppo: PPOConfig):

@@ -49,19 +49,24 @@ def block_rows(batch: int, heads: int, q_len: int, kv_len: int, block_bytes: int
     return shards * max(r for r in range(1, min(fit, local) + 1) if local % r == 0)
 
 
+@contextlib.contextmanager
+def _pushed(stack: list, value):
+    """``value`` on top of ``stack`` while the block runs (the innermost setting wins)."""
+    stack.append(value)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
 _BATCH_SHARDS: list[int] = []  # how many devices split the batch axis of the program being traced
 
 
-@contextlib.contextmanager
 def batch_shards(shards: int):
     """Programs traced inside have their batch axis split over ``shards`` devices: attention's CPU
     blocks then take rows from every device's share (each device loops over its own rows, and no
     rows move between devices)."""
-    _BATCH_SHARDS.append(shards)
-    try:
-        yield
-    finally:
-        _BATCH_SHARDS.pop()
+    return _pushed(_BATCH_SHARDS, shards)
 
 
 def with_batch_shards(fn: Callable, mesh) -> Callable:
@@ -81,15 +86,10 @@ def with_batch_shards(fn: Callable, mesh) -> Callable:
 _TARGET_PLATFORM: list[str] = []  # the platform programs are built for, when not this process's backend
 
 
-@contextlib.contextmanager
 def building_for(platform: str):
     """Programs traced inside are built for ``platform`` ("cpu", "gpu", "tpu"), not for JAX's
     default backend: a plan compiling for a TPU slice on a CPU host takes the TPU's attention path."""
-    _TARGET_PLATFORM.append(platform)
-    try:
-        yield
-    finally:
-        _TARGET_PLATFORM.pop()
+    return _pushed(_TARGET_PLATFORM, platform)
 
 
 def default_block_bytes() -> int | None:

@@ -46,7 +46,7 @@ def pack(rows: Sequence[np.ndarray], pad_id: int, *, max_length: int, min_bucket
     of the longest; the row count rounded up to a multiple of ``row_multiple``."""
     if not len(rows):
         raise ValueError("rows is empty: nothing to pack")
-    rows = [np.asarray(r, np.int32)[-max_length:] if len(r) > max_length else np.asarray(r, np.int32) for r in rows]
+    rows = [np.asarray(r, np.int32)[-max_length:] for r in rows]
     lengths = np.array([len(r) for r in rows])
     if (lengths == 0).any():
         raise ValueError(f"sequence {int(np.argmin(lengths))} is empty: every packed sequence needs a token")
