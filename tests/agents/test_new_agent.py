@@ -63,6 +63,7 @@ def test_a_registered_agent_trains_from_the_config(monkeypatch, tmp_path):
     assert not any(key.startswith("critic/") for line in lines for key in line)  # no critic was built
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_a_registered_agent_s_new_step_is_planned(monkeypatch, tmp_path):
     """The plan compiles and counts the programs the agent declares, whatever their names."""
     monkeypatch.setitem(agents.AGENTS, WholeBufferBC.name, WholeBufferBC)

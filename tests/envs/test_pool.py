@@ -48,6 +48,7 @@ def test_pool_steps_every_env(workers):
         assert results[0].done and not results[1].done  # env 1 skipped a step
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_a_killed_worker_is_restarted_and_its_episodes_end_truncated(caplog):
     with EnvPool(functools.partial(Counter, 10), num_envs=4, num_workers=2, timeout_s=30) as pool:
         pool.reset(range(4))
@@ -69,6 +70,7 @@ def test_a_killed_worker_is_restarted_and_its_episodes_end_truncated(caplog):
         assert [r.observation for r in pool.step(["c"] * 4)] == ["c 1"] * 4
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_a_worker_that_exits_mid_step_is_restarted():
     with EnvPool(functools.partial(Counter, 10), num_envs=2, num_workers=2, timeout_s=30) as pool:
         pool.reset([0, 1])
@@ -102,6 +104,7 @@ def test_resetting_some_envs(workers):
             pool.reset([0], indices=[4])
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_worker_restarts_reach_the_rollout_metrics(caplog):
     def act(observations, turn, games):
         if turn == 1:

@@ -139,6 +139,7 @@ def test_optimal_expert_wins_every_object_in_under_12_turns_on_average():
     assert statistics.mean(turns) < 12
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_weaker_experts_leave_room_to_improve():
     def mean_return(kind):
         returns = []

@@ -2,6 +2,7 @@
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from archer_jax import learners, models
 from tests.learners import text_batches as batches
@@ -32,6 +33,7 @@ def test_packed_logprobs_match_unpadded_hugging_face_rows(tiny_dirs, tokenizers)
         assert (ours[i, n:] == 0).all()
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_token_baseline_head_sees_no_policy_gradient(tiny_dirs, tokenizers):
     import jax
     from flax import nnx

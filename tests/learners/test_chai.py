@@ -18,6 +18,7 @@ def sampler(tiny_dirs, tokenizers):
     return Sampler(models.load_gpt2(tiny_dirs[0]), tokenizers[0])
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_actor_batch_from_the_sampler_reproduces_its_logprobs(tiny_dirs, tokenizers, sampler):
     """The actor scores exactly what was sampled: packed log-probs == the sampler's (< 1e-4)."""
     observations = OBSERVATIONS * 2
@@ -37,6 +38,7 @@ def test_actor_batch_from_the_sampler_reproduces_its_logprobs(tiny_dirs, tokeniz
     assert decoded == generation.texts
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_the_actor_scores_the_sampled_tokens_under_the_sampled_distribution(tiny_dirs, tokenizers, sampler):
     """At temperature 0.7 and top_p 0.9 the actor's log-probs of a_π (under the sampling
     distribution, the nucleus renormalised) are the sampler's own ``sample_logprobs`` (< 1e-4), and
@@ -73,6 +75,7 @@ def test_without_the_stop_token_the_actor_scores_a_pi_up_to_it(tokenizers, sampl
     assert all(np.array_equal(a, b) for a, b in zip(kept.critic_actions, cut.critic_actions))
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_chai_acts_with_the_best_pessimistic_target_q(tiny_dirs, tokenizers, sampler):
     _, critic = make_modules(tiny_dirs, seed=3)
     graphdef, params = learners.split_params(critic)
@@ -94,6 +97,7 @@ def test_chai_acts_with_the_best_pessimistic_target_q(tiny_dirs, tokenizers, sam
         assert choice.texts[i] == choice.candidates.texts[i * 4 + choice.index[i]]
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_in_context_the_critic_reads_each_action_after_its_observation(tiny_dirs, tokenizers, sampler):
     """``model.critic_action="in_context"``: replay rows, a fresh a_π's rows and CHAI's candidates
     are all the critic's tokens of the observation followed by the utterance (CHAI's scores equal

@@ -24,6 +24,7 @@ def values(graphdef, params, tokenizer) -> np.ndarray:
     return np.stack([np.asarray(v) for v in critic(observation, action)])
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_every_head_starts_at_the_value_and_nothing_else_changes(tiny_dirs, tokenizers):
     _, critic = make_modules(tiny_dirs)
     graphdef, params = train_state.split_params(critic)

@@ -91,6 +91,7 @@ def test_a_replicated_critic_beside_a_sharded_policy_steps_as_on_one_device(tiny
     assert not wte.sharding.is_fully_replicated and len(wte.sharding.device_set) == 8
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_each_step_changes_only_its_own_network(tiny_dirs, tokenizers):
     actor, critic = make_modules(tiny_dirs)
     learner = Steps(actor, critic, CONFIG)
@@ -124,6 +125,7 @@ def test_gradients_are_averaged_over_micro_batches(tiny_dirs, tokenizers):
     assert max_rel_err(update_two, update_one) < 1e-4
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_clipping_uses_this_networks_global_norm(tiny_dirs, tokenizers):
     batch = critic_batch(tokenizers)
     free, metrics = _sgd_critic_update(tiny_dirs, batch, optax.sgd(1.0))

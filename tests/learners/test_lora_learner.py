@@ -79,6 +79,7 @@ def test_only_the_adapters_train_and_the_base_stays_put(llama_dir):
         np.testing.assert_allclose(got, want, atol=1e-6)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_the_sampler_acts_with_adapters_and_base_together(llama_dir):
     actor, _ = lora_actor(llama_dir)
     learner = Steps(actor, None, CONFIG)
@@ -109,6 +110,7 @@ def test_checkpoints_hold_the_adapters_not_the_base(llama_dir, tmp_path):
     assert restored.frozen is fresh.frozen
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_lora_dropout_masks_the_adapters_input_afresh_each_step(llama_dir):
     """PEFT's lora_dropout in the training steps: the loss of a step differs from the deterministic
     loss, differs between steps of the same parameters, and is the same for the same step (resume)."""

@@ -22,6 +22,7 @@ from tests.learners.conftest import ACTIONS, OBSERVATIONS
 PAD, MASK = 1, 4
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 @pytest.mark.parity
 def test_the_head_matches_hugging_faces_masked_lm(tmp_path):
     """Logits of our encoder + head with HF's weights == RobertaForMaskedLM's (< 1e-4), and the

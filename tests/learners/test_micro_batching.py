@@ -113,6 +113,7 @@ def test_only_cpu_devices_share_the_hosts_memory():
     assert micro_batching.shares_host_memory(jax.local_devices()) == (jax.local_devices()[0].platform == "cpu")
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_auto_stays_within_its_limit(tiny_dirs, tokenizers):
     """On CPUs the run caps "auto" at the config's batch_size (larger micro-batches ran slower there)."""
     assert micro_batching.auto_limit("cpu", 8) == 8 and micro_batching.auto_limit("gpu", 8) is None

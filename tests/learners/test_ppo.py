@@ -122,6 +122,7 @@ def test_layout_round_trip():
     np.testing.assert_array_equal(ends[1, [3, 5]], [40, 50])
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_ppo_step_on_a_tiny_policy(tiny_dirs):
     """A step that raises the advantage-weighted log-probs: on one batch, repeated steps lower the
     loss; with the rollout's own log-probs the first step's ratio is 1 (nothing clipped)."""
@@ -152,6 +153,7 @@ def test_ppo_step_on_a_tiny_policy(tiny_dirs):
     np.testing.assert_allclose(after, ref, rtol=1e-6)  # the reference does not move
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_a_separate_value_model_is_trained_by_the_value_loss_alone(tiny_dirs):
     """value_head="separate": with zero advantages the policy gets no gradient and stays put, while
     the value model (its own copy of the weights) moves, at the critic's learning rate."""
@@ -229,6 +231,7 @@ def test_log_probs_are_taken_under_the_sampling_distribution(tiny_dirs, top_p):
     np.testing.assert_allclose(logprobs, nucleus_logprobs(logits, act.ids, 0.7, top_p), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_the_critic_baseline_is_the_critics_own_advantage(tiny_dirs, tokenizers):
     """critic_baseline: the turn level archer_hierarchical reads is min Q(s, a) - min V(s) of the
     critic, computed here from the critic's four heads in NumPy; without it, min Q(s, a)."""

@@ -110,6 +110,7 @@ def sampling_at(temperature: float, top_p: float) -> SamplingParams:
     return SamplingParams(max_new_tokens=NEW_TOKENS, temperature=temperature, top_p=top_p)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_a_constant_advantage_moves_no_policy_at_the_tiny_presets_sampling(tiny_dirs, tokenizers, setup):
     """At temperature 0.7 and top_p 0.9 (the tiny presets'): ArCHer's actor step has mean gradient 0
     within 4 standard errors. Scored as it was before (at temperature 1, no nucleus) the same
@@ -142,6 +143,7 @@ def test_a_constant_advantage_moves_no_policy_at_other_samplings(tiny_dirs, toke
         assert abs(archer_statistic(tiny_dirs, setup, batches, TokenDistribution())) > 10
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_a_centred_advantage_is_the_batch_mean_less(tiny_dirs, tokenizers, setup):
     """``learner.center_advantage``: a constant advantage less the step batch's mean is 0 on every
     row, so the compiled step (in 4 micro-batches, the mean over all of them) moves nothing."""

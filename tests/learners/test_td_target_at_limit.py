@@ -25,6 +25,7 @@ from archer_jax.replay import ReplayBuffer
 TURNS, V_NEXT, GAMMA = 3, -5.0, 0.95
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 @pytest.mark.parametrize("turn_limit", ["game", "cut"])
 def test_the_td_target_is_the_reward_alone_where_the_limit_ends_the_game(tiny_dirs, tokenizers, turn_limit):
     with EnvPool(functools.partial(TwentyQuestionsSubset, max_turns=TURNS), num_envs=2) as pool:

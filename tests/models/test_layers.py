@@ -175,6 +175,7 @@ def test_scan_layers_loops_over_layers_with_different_graphs():
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-6)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 @pytest.mark.parametrize("kind", ["gpt2", "roberta"])
 def test_remat_keeps_values_and_gradients_and_saves_memory(kind, tmp_path):
     """``remat`` (config.model.remat) recomputes activations in the backward pass: the same loss and

@@ -67,6 +67,7 @@ def test_llama3_frequencies_equal_hugging_face():
                                expected.numpy(), rtol=1e-6)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_scanned_layers_match_hugging_face_gradients(tmp_path):
     """Four layers run as one lax.scan; the loss and every layer's gradients match autograd."""
     n = max(layers.SCAN_MIN_LAYERS, 4)

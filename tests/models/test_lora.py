@@ -157,6 +157,7 @@ def test_dropout_only_in_a_training_view(llama_dir):
     np.testing.assert_array_equal(logits(view, ids, mask), logits(no_dropout, ids, mask))
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_only_the_adapters_are_trainable_and_their_gradients_match_peft(llama_dir, tmp_path):
     assert lora.trainable_filter is nnx.LoRAParam
     ours = models.load_causal_lm(llama_dir)

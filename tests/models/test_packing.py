@@ -47,7 +47,7 @@ def critic():
     return learners.DoubleCritic(encoder, rngs=nnx.Rngs(1))
 
 
-@pytest.mark.parametrize("embedding", ["pooler", "first_token"])
+@pytest.mark.parametrize("embedding", [pytest.param("pooler", marks=pytest.mark.slow), "first_token"])  # pooler: over 5 s
 def test_packed_embeddings_and_their_gradients_equal_the_padded_ones(critic, embedding):
     """At "highest" precision (tests/conftest.py): the critic's values of sequences packed several
     to a row equal those of the same sequences padded one to a row, and so do the gradients of a

@@ -84,6 +84,7 @@ print(len(models.load_tokenizer(directory)), models.load_pretrained(directory).c
 """
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_a_process_never_reads_a_tiny_model_another_is_still_writing(tmp_path):
     # The hosts of a multi-process run on one machine build the tiny models into one workdir.
     directory = tmp_path / "models" / "tiny_roberta"

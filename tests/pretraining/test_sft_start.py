@@ -56,6 +56,7 @@ def starts(tmp_path_factory):
             for name, overrides in FAMILIES.items()}
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_every_family_trains_the_same_policy_into_the_same_entry(starts):
     (archer, archer_built, archer_info), archer_cache = starts["archer"]
     assert any(not np.array_equal(a, b)  # the SFT trained the policy

@@ -113,3 +113,36 @@ def test_a_failed_write_is_one_line_and_leaves_nothing(learner, tmp_path, monkey
     assert str(error.value) == (f"checkpoint 1 could not be written to {tmp_path / 'ck'} (ValueError: RESOURCE_EXHAUSTED: "
                                 "Error writing \"params\": No space left on device)")
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["0"]  # its partial directory is gone
+
+
+def test_one_process_writes_each_replicated_array_whole_and_reads_orbaxs_replica_parallel_layout(learner, tmp_path,
+                                                                                               monkeypatch):
+    """A run in one process writes every array from one replica (orbax's replica-parallel writing
+    slices each replicated array per device first: a dispatched op per slice, for nothing here),
+    and still restores what orbax's default writes."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    if jax.device_count() < 2:
+        pytest.skip("needs 2 devices: XLA_FLAGS=--xla_force_host_platform_device_count=8 (set by conftest)")
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+    actor = jax.device_put(learner.init_actor(), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+    buffer = ReplayBuffer(2)
+    buffer.add(x=[1.0])
+    slices = []
+    slice_in_dim = jax.lax.slice_in_dim
+    monkeypatch.setattr(jax.lax, "slice_in_dim", lambda *a, **k: slices.append(1) or slice_in_dim(*a, **k))
+
+    ours = Checkpoints(tmp_path / "ours")
+    ours.save(1, actor=actor, critic=None, replay=buffer, loop={"iteration": 1})
+    assert not slices  # each array written whole
+
+    handler = ocp.type_handlers.get_type_handler(jax.Array)
+    theirs = Checkpoints(tmp_path / "theirs")
+    monkeypatch.setattr(handler, "_use_replica_parallel", True)  # orbax's default
+    theirs.save(1, actor=actor, critic=None, replay=buffer, loop={"iteration": 1})
+    assert slices  # replica-parallel: sliced per device
+    monkeypatch.undo()
+    for checkpoints in (ours, theirs):
+        restored, *_ = checkpoints.restore(1, actor=actor, critic=None)
+        assert _equal(restored, actor)

@@ -152,6 +152,7 @@ except WorkdirInUse as e:
 """
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_the_processes_of_one_run_share_the_lock_and_all_refuse_a_held_workdir(tmp_path):
     """Two processes (jax.distributed on localhost): the primary holds the lock, the other does not
     refuse its own run; on a workdir another run holds, both stop with the same line."""

@@ -563,6 +563,7 @@ def test_a_warmup_as_long_as_the_run_says_it_trains_the_critic_only(caplog, tmp_
     assert not caplog.records
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_a_process_whose_peers_never_come_says_what_it_waits_for_and_ends_in_one_line(tmp_path):
     import socket
 

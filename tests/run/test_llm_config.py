@@ -64,6 +64,7 @@ def test_micro_trains_the_adapters_only_and_resumes_exactly(tmp_path):
     assert int(a[0].step) == c.actor_steps  # the actor stepped (iteration 2, after warm-up)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices: XLA_FLAGS=--xla_force_host_platform_device_count=8")
 def test_the_official_setting_starts_on_a_mistral_directory(tmp_path):
     """The official config unchanged but for the model names: a (small, random) Mistral directory

@@ -215,6 +215,7 @@ def test_row_ids_key_each_row_wherever_it_sits(sampler):
         sampler.generate(PROMPTS[:1], key, params, row_ids=[1, 2])
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_rows_at_different_turns_draw_what_each_turns_batch_draws(sampler):
     """One key per row (``row_keys``: the turn's key of each row's dialogue): a batch whose rows are
     at different turns (continuous batching) samples each row as the batch of its own turn would,
@@ -232,6 +233,7 @@ def test_rows_at_different_turns_draw_what_each_turns_batch_draws(sampler):
         sampler.generate(prompts, row_keys(key, [0, 1]), params)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_same_bucket_compiles_nothing_new(policy):
     _, model, tokenizer = policy
     sampler = Sampler(model, tokenizer)
