@@ -205,8 +205,7 @@ class Checkpoints:
 
         ``check(restored)`` may raise to reject a checkpoint whose content is wrong (e.g. the loop
         state does not parse). Newer checkpoints that do not load are moved aside with a one-line
-        warning; when none loads, :class:`TrainingError` names each step and why, and nothing moves.
-        """
+        warning; when none loads, :class:`TrainingError` names each step and why, and nothing moves."""
         failures: list[tuple[int, str]] = []
         for step in sorted(self.all_steps(), reverse=True):
             try:
