@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch, actor_batch, bc_batch, critic_batch, pad
+from archer_jax.learners.packed_batches import PackedCriticBatch, packed_critic_batch
 from archer_jax.learners.dialogue_rows import DialogueRows
 from archer_jax.models.tokenizer import Tokens, action_rows, next_power_of_two, token_rows
 from archer_jax.sampling.prompts import PROMPT_FORMATS, Prompter
@@ -129,6 +130,13 @@ class InputPipeline:
         return critic_batch(self.critic_tokenizer, sample["critic_observation"], sample["critic_action"],
                             sample["critic_next_observation"], pi_actions, sample["reward"], sample["terminal"],
                             max_length=self.max_critic_length, min_action_bucket=self.action_bucket)
+
+    def packed_critic_batch(self, sample: dict, pi_actions: Sequence[np.ndarray], groups: int) -> PackedCriticBatch:
+        """:meth:`critic_batch` with each encoder's sequences packed several to a row, in ``groups``
+        runs of transitions (:mod:`archer_jax.learners.packed_batches`)."""
+        return packed_critic_batch(self.critic_tokenizer, sample["critic_observation"], sample["critic_action"],
+                                   sample["critic_next_observation"], pi_actions, sample["reward"], sample["terminal"],
+                                   groups=groups, max_length=self.max_critic_length)
 
     def policy_batch(self, sample: dict) -> BCBatch:
         """A replay sample's observations and actions in policy tokens (BC, and PPO's rows)."""

@@ -16,14 +16,16 @@ from typing import ClassVar
 
 from archer_jax.agents.agent import Agent, group, timed
 from archer_jax.agents.programs import Program, after_warmup
-from archer_jax.learners import archer
+from archer_jax.learners import archer, packed_batches
 from archer_jax.learners.critic import with_initial_value
+from archer_jax.learners.micro_batching import AUTO
 from archer_jax.learners.learner_config import LearnerConfig, loss_options
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.train_state import States
 from archer_jax.parts import ACTOR, CRITIC
 from archer_jax.replay import ReplayBuffer
+from archer_jax.runtime import sharding as shd
 from archer_jax.runtime.config_keys import key
 
 OFFLINE_LOSSES = ("awr",)  # actor losses that weigh a dataset's actions: offline agents only
@@ -64,7 +66,13 @@ class Config:
 
 
 def critic_step(networks: Networks, tx, learner: LearnerConfig) -> StepProgram:
-    """ArCHer's critic step (TD, then Polyak), compiled."""
+    """ArCHer's critic step (TD, then Polyak), compiled: on packed batches with ``learner.pack_critic``
+    (micro-batches of whole groups, chosen by memory), else on padded ones."""
+    if learner.pack_critic:
+        return networks.compile_step(functools.partial(archer.packed_critic_step, networks.critic_graphdef, tx,
+                                                       learner.gamma, learner.tau),
+                                     networks.critic_shardings(tx), packed_batches.batch_shardings(networks.batch_sharding),
+                                     micro_batch_size=AUTO)
     return networks.compile_step(functools.partial(archer.critic_step, networks.critic_graphdef, tx, learner.gamma,
                                                    learner.tau),
                                  networks.critic_shardings(tx), networks.critic_batch_shardings())
@@ -90,8 +98,10 @@ def init_critic(agent: Agent, params=None, target=None):
 
 
 def critic_program(agent: Agent) -> Program:
-    """The critic step, ``critic_steps`` times an iteration."""
-    return Program("critic_step", agent.critic_step, lambda s, rows: (agent.abstract_critic(), s.critic_batch(rows)),
+    """The critic step, ``critic_steps`` times an iteration (packed: at its longest rows, one sequence a row)."""
+    packed = agent.config.learner.pack_critic
+    return Program("critic_step", agent.critic_step,
+                   lambda s, rows: (agent.abstract_critic(), s.packed_critic_batch(rows) if packed else s.critic_batch(rows)),
                    agent.config.critic_steps)
 
 
@@ -111,7 +121,9 @@ def critic_phase(agent: Agent, states: States, replay: ReplayBuffer, iteration: 
     for step in range(agent.config.critic_steps):
         sample = replay.sample(parts.batch)
         pi_texts = agent.pi_actions(States(states.actor, critic), sample, parts.key_for(CRITIC, iteration, step))
-        batch = parts.pipeline.critic_batch(sample, parts.pipeline.critic_action_rows(sample["observation"], pi_texts))
+        pi_rows = parts.pipeline.critic_action_rows(sample["observation"], pi_texts)
+        batch = (parts.pipeline.packed_critic_batch(sample, pi_rows, shd.batch_size_multiple(agent.networks.mesh))
+                 if agent.config.learner.pack_critic else parts.pipeline.critic_batch(sample, pi_rows))
         critic, metrics = agent.critic_step(critic, batch)
         parts.metrics.add("critic", metrics)
     return States(states.actor, critic)

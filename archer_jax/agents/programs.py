@@ -21,8 +21,10 @@ import jax.numpy as jnp
 
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.networks import Networks
+from archer_jax.learners.packed_batches import PackedCriticBatch, PackedTokens, row_bucket
 from archer_jax.learners.step_program import StepProgram
 from archer_jax.models.tokenizer import Tokens
+from archer_jax.runtime import sharding as shd
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +50,21 @@ class InputShapes:
     def critic_batch(self, rows: int) -> CriticBatch:
         crit, act = self.tokens(rows, self.critic), self.tokens(rows, self.critic_action)
         return CriticBatch(crit, act, crit, act, self.vector(rows), self.vector(rows))
+
+    def packed_critic_batch(self, rows: int) -> PackedCriticBatch:
+        """A packed critic batch at the longest bucket: one sequence a row (``rows`` transitions in
+        groups over the mesh's batch axes)."""
+        groups = shd.batch_size_multiple(self.networks.mesh)
+        per = rows // groups
+
+        def packed(sequences: int) -> PackedTokens:
+            leaf = jax.ShapeDtypeStruct((groups, row_bucket(sequences), self.critic), jnp.int32,
+                                        sharding=self.networks.batch_sharding(3))
+            starts = jax.ShapeDtypeStruct((groups, sequences, 2), jnp.int32, sharding=self.networks.batch_sharding(3))
+            return PackedTokens(leaf, leaf, leaf, starts)
+
+        vector = jax.ShapeDtypeStruct((groups, per), jnp.float32, sharding=self.networks.batch_sharding(2))
+        return PackedCriticBatch(packed(2 * per), packed(3 * per), vector, vector)
 
     def actor_batch(self, rows: int) -> ActorBatch:
         return ActorBatch(self.tokens(rows, self.prompt), self.tokens(rows, self.action),

@@ -2,7 +2,8 @@
 sampler, envs): for benchmarks, tests and plans that compile or time steps on modules they build.
 
     steps = Steps(actor, critic, LearnerConfig(critic_lr=1e-4), mesh=mesh)
-    critic, metrics = steps.critic_step(steps.init_critic(), batch)
+    critic, metrics = steps.critic_step(steps.init_critic(), batch)   # a padded CriticBatch
+    critic, metrics = steps.packed_critic_step(critic, packed)       # a PackedCriticBatch
     compiled = steps.programs()["actor_step"].lower(*abstract_args).compile()
 
 Each step is built by its agent's own builder (:func:`archer_jax.agents.archer.critic_step`,
@@ -51,7 +52,9 @@ class Steps:
         self._actor_params, self._critic_params = n._actor_params, n._critic_params
         self._programs = {"bc_step": bc_step(n, self.actor_tx, with_target)}
         if critic is not None:
-            self._programs.update(critic_step=archer.critic_step(n, self.critic_tx, config),
+            self._programs.update(critic_step=archer.critic_step(n, self.critic_tx, dataclasses.replace(config, pack_critic=False)),
+                                  packed_critic_step=archer.critic_step(n, self.critic_tx,
+                                                                        dataclasses.replace(config, pack_critic=True)),
                                   iql_critic_step=offline_archer.iql_critic_step(n, self.critic_tx, config, iql),
                                   actor_step=archer.actor_step(n, self.actor_tx, self.critic_tx, config, iql,
                                                                with_target=with_target))

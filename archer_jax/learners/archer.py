@@ -26,6 +26,7 @@ from flax import nnx
 from archer_jax.learners import actor_losses, losses
 from archer_jax.learners.batches import ActorBatch, CriticBatch
 from archer_jax.learners.critic import CriticValues
+from archer_jax.learners.packed_batches import PackedCriticBatch
 from archer_jax.learners.optimization import (accumulate_gradients, adam_update, keep_if_finite, polyak,
                                              split_micro_batches, summarize)
 from archer_jax.learners.train_state import TrainState, merged
@@ -94,6 +95,36 @@ def critic_step(
         e_s, e_next = embed_both(target, b.observation, b.next_observation)  # ē(s), ē(s'): one encoder pass
         q_targets = td_targets(b.reward, b.terminal, *target.v_values(e_next), gamma)  # r + γ(1-done) V̄_i(s')
         v_targets = target.q_values(e_s, target.embed(b.pi_action))  # Q̄_i(s, a_π)
+        return losses.critic_loss(online, q_targets, v_targets)
+
+    return critic_update(tx, tau, state, batch, loss_fn, micro_batches)
+
+
+def packed_critic_step(
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    gamma: float,
+    tau: float,
+    state: TrainState,
+    batch: PackedCriticBatch,
+    *,
+    micro_batches: int = 1,
+) -> tuple[TrainState, dict[str, Array]]:
+    """:func:`critic_step` on a packed batch (:mod:`archer_jax.learners.packed_batches`): the same
+    loss, with each encoder's sequences packed several to a row; micro-batches are whole groups."""
+    target = nnx.merge(graphdef, state.target)
+
+    def split(e: Array, parts: int) -> list[Array]:  # [groups, parts * n, d] -> parts x [groups * n, d]
+        n = e.shape[1] // parts
+        return [e[:, i * n:(i + 1) * n].reshape(-1, e.shape[-1]) for i in range(parts)]
+
+    def loss_fn(params: nnx.State, b: PackedCriticBatch):
+        critic = nnx.merge(graphdef, params)
+        e_s, e_a = split(critic.embed_groups(b.online), 2)  # e(s), e(a)
+        online = CriticValues(*critic.q_values(e_s, e_a), *critic.v_values(e_s))  # Q_i(s, a), V_i(s)
+        t_s, t_next, t_pi = split(target.embed_groups(b.target), 3)  # ē(s), ē(s'), ē(a_π)
+        q_targets = td_targets(b.reward.reshape(-1), b.terminal.reshape(-1), *target.v_values(t_next), gamma)
+        v_targets = target.q_values(t_s, t_pi)  # Q̄_i(s, a_π)
         return losses.critic_loss(online, q_targets, v_targets)
 
     return critic_update(tx, tau, state, batch, loss_fn, micro_batches)

@@ -96,6 +96,18 @@ class DoubleCritic(nnx.Module):
         first = h[starts[:, 0], starts[:, 1]]
         return self.encoder.pool(first) if self.embedding == "pooler" else first
 
+    def embed_groups(self, packed) -> Array:
+        """``e(x)``: ``[groups, sequences, d]`` for groups of packed sequences
+        (:class:`~archer_jax.learners.packed_batches.PackedTokens`), each group's in its input
+        order: one encoder pass over every group's rows, then each group gathers its own."""
+        groups, rows, length = packed.ids.shape
+        flat = lambda a: a.reshape(groups * rows, length)  # noqa: E731
+        h = self.encoder(flat(packed.ids), segment_ids=flat(packed.segments),
+                         position_ids=flat(packed.positions)).last_hidden_state
+        h = h.reshape(groups, rows, length, h.shape[-1])
+        first = jax.vmap(lambda hg, starts: hg[starts[:, 0], starts[:, 1]])(h, packed.starts)
+        return self.encoder.pool(first) if self.embedding == "pooler" else first
+
     def q_values(self, state_embedding: Array, action_embedding: Array) -> tuple[Array, Array]:
         both = jnp.concatenate([state_embedding, action_embedding], axis=-1)
         return self.q1(both), self.q2(both)

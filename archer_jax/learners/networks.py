@@ -109,11 +109,13 @@ class Networks:
 
     # ---- programs ---------------------------------------------------------------------------
 
-    def compile_step(self, step, state_shardings: TrainState, *inputs, limit: int | None | str = "networks") -> StepProgram:
+    def compile_step(self, step, state_shardings: TrainState, *inputs, limit: int | None | str = "networks",
+                     micro_batch_size: int | str | None = None) -> StepProgram:
         """``step(state, *inputs)`` (its static arguments bound with ``functools.partial``) as a
         :class:`~archer_jax.learners.step_program.StepProgram` on this mesh, with these micro-batch
-        settings and this matmul precision (``limit``: another micro-batch limit)."""
-        return StepProgram(step, state_shardings, *inputs, mesh=self.mesh, micro_batch_size=self.micro_batch_size,
+        settings and this matmul precision (``limit``, ``micro_batch_size``: other ones)."""
+        return StepProgram(step, state_shardings, *inputs, mesh=self.mesh,
+                           micro_batch_size=self.micro_batch_size if micro_batch_size is None else micro_batch_size,
                            limit=self.micro_batch_limit if limit == "networks" else limit,
                            matmul_precision=self.matmul_precision)
 

@@ -40,17 +40,21 @@ class Packed(NamedTuple):
 
 
 def pack(rows: Sequence[np.ndarray], pad_id: int, *, max_length: int, min_bucket: int = 16,
-         row_multiple: int = 1) -> Packed:
+         row_multiple: int = 1, length: int | None = None, min_rows: int = 0) -> Packed:
     """``rows`` (token id sequences, each cut to its last ``max_length`` tokens, as a left
     truncation keeps the latest turns) packed first-fit decreasing into rows of the bucket length
-    of the longest; the row count rounded up to a multiple of ``row_multiple``."""
+    of the longest (or of ``length``, at least that); the row count rounded up to a multiple of
+    ``row_multiple``, and to at least ``min_rows`` (padding rows)."""
     if not len(rows):
         raise ValueError("rows is empty: nothing to pack")
     rows = [np.asarray(r, np.int32)[-max_length:] for r in rows]
     lengths = np.array([len(r) for r in rows])
     if (lengths == 0).any():
         raise ValueError(f"sequence {int(np.argmin(lengths))} is empty: every packed sequence needs a token")
-    length = bucket_length(int(lengths.max()), max_length, min(min_bucket, max_length))
+    longest = bucket_length(int(lengths.max()), max_length, min(min_bucket, max_length))
+    if length is not None and length < longest:
+        raise ValueError(f"length {length} is shorter than the longest sequence's bucket ({longest} tokens)")
+    length = longest if length is None else length
     free: list[int] = []  # each row's remaining room
     placed = np.zeros((len(rows), 2), np.int32)
     for i in sorted(range(len(rows)), key=lambda i: (-lengths[i], i)):
@@ -60,7 +64,7 @@ def pack(rows: Sequence[np.ndarray], pad_id: int, *, max_length: int, min_bucket
             free.append(length)
         placed[i] = (row, length - free[row])
         free[row] -= lengths[i]
-    count = -(-len(free) // row_multiple) * row_multiple
+    count = max(-(-len(free) // row_multiple) * row_multiple, min_rows)
     ids = np.full((count, length), pad_id, np.int32)
     segments = np.zeros((count, length), np.int32)
     positions = np.zeros((count, length), np.int32)

@@ -40,7 +40,7 @@ def test_critic_and_actor_steps_compile_from_shapes_without_weights():
     networks = _abstract_networks(mesh)
     params = jax.tree.leaves(networks.abstract_critic(train_state.optimizer(1e-4, 1.0)).params)
     assert params and all(isinstance(x, jax.ShapeDtypeStruct) for x in params)  # no array was made
-    config = LearnerConfig(micro_batch_size=8)
+    config = LearnerConfig(micro_batch_size=8, pack_critic=False)  # a padded critic batch takes micro-batches
     tx = train_state.optimizer(config.critic_lr, config.max_grad_norm)
     actor_tx = train_state.optimizer(config.actor_lr, config.max_grad_norm)
     rows, obs, act = 16, _tokens(16, 32), _tokens(16, 16)

@@ -39,7 +39,8 @@ def test_the_td_target_is_the_reward_alone_where_the_limit_ends_the_game(tiny_di
     replay = ReplayBuffer(16)
     replay.add(**rows)
     sample = replay.gather(np.arange(len(replay)))
-    batch = pipeline.critic_batch(sample, sample["critic_action"])
+    batches = {True: pipeline.packed_critic_batch(sample, sample["critic_action"], 1),  # as a run takes it
+               False: pipeline.critic_batch(sample, sample["critic_action"])}  # learner.pack_critic=False
 
     critic = learners.DoubleCritic(models.load_roberta(tiny_dirs[1]), rngs=nnx.Rngs(0))
     for name in ("q1", "q2", "v1", "v2"):  # Q = 0 and V = V_NEXT for every input
@@ -49,10 +50,11 @@ def test_the_td_target_is_the_reward_alone_where_the_limit_ends_the_game(tiny_di
     actor = learners.Actor(models.load_gpt2(tiny_dirs[0]), rngs=nnx.Rngs(0))
     networks = Networks(actor, critic, matmul_precision="highest")
     tx = train_state.optimizer(1e-4, 1.0)
-    step = archer_agent.critic_step(networks, tx, LearnerConfig(gamma=GAMMA))
-    _, metrics = step(networks.init_critic(tx), batch)
-    bootstrapped = -1.0 + GAMMA * V_NEXT
-    last = -1.0 if ends else bootstrapped  # every turn costs -1; the last one's target stops there if the game ended
-    np.testing.assert_allclose(float(metrics["q_target/min"]), bootstrapped, atol=1e-5)
-    np.testing.assert_allclose(float(metrics["q_target/max"]), last, atol=1e-5)
-    np.testing.assert_allclose(float(metrics["q_target/mean"]), (2 * bootstrapped + last) / 3, atol=1e-5)
+    for packed, batch in batches.items():
+        step = archer_agent.critic_step(networks, tx, LearnerConfig(gamma=GAMMA, pack_critic=packed))
+        _, metrics = step(networks.init_critic(tx), batch)
+        bootstrapped = -1.0 + GAMMA * V_NEXT
+        last = -1.0 if ends else bootstrapped  # every turn costs -1; the last one's target stops there if the game ended
+        np.testing.assert_allclose(float(metrics["q_target/min"]), bootstrapped, atol=1e-5)
+        np.testing.assert_allclose(float(metrics["q_target/max"]), last, atol=1e-5)
+        np.testing.assert_allclose(float(metrics["q_target/mean"]), (2 * bootstrapped + last) / 3, atol=1e-5)

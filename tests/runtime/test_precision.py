@@ -12,9 +12,11 @@ import pytest
 from archer_jax.config import validate
 from archer_jax import acting
 from archer_jax.agents import chai
-from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
+from archer_jax.learners.batches import ActorBatch, BCBatch
+from archer_jax.learners.packed_batches import PackedCriticBatch, PackedTokens
 from archer_jax.models.tokenizer import Tokens
 from archer_jax.runtime import precision
+from archer_jax.runtime import sharding as shd
 from archer_jax.sampling import SamplingParams
 from archer_jax.train import build_agent
 from tests.run.test_train_app import micro
@@ -27,6 +29,17 @@ def dot_precisions(lowered) -> list[str]:
     assert dots, "the program has no matrix product"
     return [re.search(r"precision = \[(\w+), \w+\]", line).group(1) if "precision" in line else "DEFAULT"
             for line in dots]
+
+
+def packed_batch(groups, rows, length):
+    """An abstract packed critic batch: ``rows`` transitions a group, one sequence a row."""
+    ids = jax.ShapeDtypeStruct((groups, 3 * rows, length), jnp.int32)
+
+    def packed(sequences):
+        return PackedTokens(ids, ids, ids, jax.ShapeDtypeStruct((groups, sequences, 2), jnp.int32))
+
+    scalars = jax.ShapeDtypeStruct((groups, rows), jnp.float32)
+    return PackedCriticBatch(packed(2 * rows), packed(3 * rows), scalars, scalars)
 
 
 def token_spec(*shape):
@@ -47,11 +60,12 @@ def programs(request, tmp_path_factory):
         prefill, decode = run.acting.sampler.decoder.lower(sampling, rows=8, prompt_length=16)
         steps = dict(critic_step=agent.critic_step, actor_step=agent.actor_step,
                      bc_step=agent.sft_step(c.sft.lr)[0])
-        obs, act, scalars = token_spec(8, 16), token_spec(8, 16), jax.ShapeDtypeStruct((8,), jnp.float32)
+        obs, act = token_spec(8, 16), token_spec(8, 16)
+        groups = shd.batch_size_multiple(run.networks.mesh)  # the packed critic batch's groups: one a device
         lowered = dict(
             prefill=prefill,
             decode=decode,
-            critic_step=steps["critic_step"].lower(states.critic, CriticBatch(obs, act, obs, act, scalars, scalars)),
+            critic_step=steps["critic_step"].lower(states.critic, packed_batch(groups, 8 // groups, 16)),
             actor_step=steps["actor_step"].lower(states.actor, states.critic.params, ActorBatch(obs, act, obs, act)),
             bc_step=steps["bc_step"].lower(states.actor, BCBatch(obs, act)),
             chai_scores=chai._q_values.lower(run.networks.critic_graphdef, states.critic.target, token_spec(8, 16),

@@ -1,0 +1,124 @@
+"""Critic batches at their real lengths: a step's sequences packed several to a row.
+
+    batch = packed_critic_batch(tokenizer, obs, act, next_obs, pi_act, rewards, terminals, groups=1)
+    batch.online.ids    # [groups, rows, length]: each group's observations, then its actions
+    batch.target.ids    # [groups, rows, length]: observations, next observations, then a_π
+    batch.reward        # [groups, transitions per group]
+
+A padded critic batch (:class:`~archer_jax.learners.batches.CriticBatch`) pads every row to the
+bucket of the batch's longest: with 20-turn games in the buffer most of its positions hold no
+token. Here the online critic's sequences (s, a) and the target critic's (s, s', a_π) are packed
+first-fit into rows of that bucket length (:func:`archer_jax.models.packing.pack`), each
+attending only within itself, so an encoder pass costs about the tokens it holds.
+
+The transitions are cut into ``groups`` equal runs, in order, each packed into rows of its own:
+with the groups split over the mesh's batch axes, every device encodes and gathers only its own
+sequences, and micro-batches are whole groups. Both packs share one row length, the
+bucket of the step's longest sequence, and their row counts are rounded up on a ladder
+(:func:`row_bucket`), so a run compiles a few shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import jax
+import numpy as np
+from jax.sharding import Sharding
+
+from archer_jax.models.packing import pack
+from archer_jax.models.tokenizer import bucket_length, next_power_of_two
+
+Array = jax.Array
+
+MIN_BUCKET = 16  # the shortest row length, as a padded batch's
+
+
+class PackedTokens(NamedTuple):
+    """Groups of sequences packed into rows (:func:`archer_jax.models.packing.pack`'s arrays per group)."""
+
+    ids: Array  # [groups, rows, length] int32
+    segments: Array  # [groups, rows, length] int32: 1, 2, ... per sequence in a row; 0 = padding
+    positions: Array  # [groups, rows, length] int32: each token's index within its sequence
+    starts: Array  # [groups, sequences, 2] int32: (row, column) of each sequence's first token in its group
+
+    @property
+    def padding(self) -> float:
+        """The fraction of the arrays' positions that hold no token."""
+        return 1.0 - float((np.asarray(self.segments) > 0).mean())
+
+
+class PackedCriticBatch(NamedTuple):
+    """Transitions ``(s, a, r, s', terminal)`` and a fresh ``a_π``, packed by group (see the module docstring)."""
+
+    online: PackedTokens  # per group: its transitions' s, then their a
+    target: PackedTokens  # per group: s, then s', then a_π
+    reward: Array  # [groups, transitions per group] float32
+    terminal: Array  # [groups, transitions per group] float32: 1 where the game ended
+
+
+def batch_shardings(batch_sharding: Callable[[int], Sharding]) -> PackedCriticBatch:
+    """A packed critic batch's shardings: its groups over the mesh's batch axes (``batch_sharding(ndim)``,
+    :meth:`~archer_jax.learners.networks.Networks.batch_sharding`)."""
+    packed = PackedTokens(*(batch_sharding(3),) * 4)
+    return PackedCriticBatch(packed, packed, batch_sharding(2), batch_sharding(2))
+
+
+def row_bucket(rows: int) -> int:
+    """The row count a pack of ``rows`` rows is padded to: ``rows`` up to 4; then half octaves
+    (6, 8, 12, 16, 24, 32, 48, 64), and quarter octaves from 64 (80, 96, 112, 128, 160, ...).
+    Below 64 rows a shape's compile costs more than the padding it saves; above, steps are dearer."""
+    if rows <= 4:
+        return max(rows, 1)
+    power = next_power_of_two(rows) // 2  # rows in (power, 2 * power]
+    return next(power * k // 4 for k in ((5, 6, 7, 8) if power >= 64 else (6, 8)) if power * k // 4 >= rows)
+
+
+def row_length(groups: Sequence[Sequence[np.ndarray]], max_length: int, min_bucket: int = MIN_BUCKET) -> int:
+    """The bucket length of the longest sequence of ``groups`` (cut to ``max_length``)."""
+    longest = max(min(len(r), max_length) for group in groups for r in group)
+    return bucket_length(longest, max_length, min(min_bucket, max_length))
+
+
+def packed_groups(groups: Sequence[Sequence[np.ndarray]], pad_id: int, *, max_length: int,
+                  length: int | None = None) -> PackedTokens:
+    """Each group's sequences packed into rows of one shared length (``length``, by default the
+    bucket of the longest sequence) and one shared, bucketed row count."""
+    length = row_length(groups, max_length) if length is None else length
+    packs = [pack(group, pad_id, max_length=max_length, length=length) for group in groups]
+    rows = row_bucket(max(p.ids.shape[0] for p in packs))
+
+    def padded(a: np.ndarray, value: int) -> np.ndarray:
+        return np.pad(a, ((0, rows - a.shape[0]), (0, 0)), constant_values=value)
+
+    return PackedTokens(np.stack([padded(p.ids, pad_id) for p in packs]), np.stack([padded(p.segments, 0) for p in packs]),
+                        np.stack([padded(p.positions, 0) for p in packs]), np.stack([p.starts for p in packs]))
+
+
+def packed_critic_batch(
+    tokenizer,
+    observations: Sequence[np.ndarray],
+    actions: Sequence[np.ndarray],
+    next_observations: Sequence[np.ndarray],
+    pi_actions: Sequence[np.ndarray],
+    rewards: Sequence[float],
+    terminals: Sequence[bool],
+    *,
+    groups: int = 1,
+    max_length: int = 512,
+) -> PackedCriticBatch:
+    """Transitions and fresh policy actions ``a_π`` in critic token rows, packed in ``groups``
+    equal runs of transitions (their count a multiple of ``groups``)."""
+    n = len(observations)
+    if n == 0 or n % groups:
+        raise ValueError(f"{n} transitions do not cut into {groups} equal groups (the mesh's batch axes)")
+    per = n // groups
+    runs = [slice(g * per, (g + 1) * per) for g in range(groups)]
+    online = [[*observations[r], *actions[r]] for r in runs]
+    target = [[*observations[r], *next_observations[r], *pi_actions[r]] for r in runs]
+    pad_id, length = tokenizer.pad_token_id, row_length(online + target, max_length)  # one length: fewer shapes
+    return PackedCriticBatch(packed_groups(online, pad_id, max_length=max_length, length=length),
+                             packed_groups(target, pad_id, max_length=max_length, length=length),
+                             np.asarray(rewards, np.float32).reshape(groups, per),
+                             np.asarray(terminals, np.float32).reshape(groups, per))
