@@ -18,7 +18,7 @@ from archer_jax.agents.agent import Agent, group, timed
 from archer_jax.agents.programs import Program, after_warmup
 from archer_jax.learners import archer, packed_batches
 from archer_jax.learners.critic import with_initial_value
-from archer_jax.learners.micro_batching import AUTO
+from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
 from archer_jax.learners.learner_config import LearnerConfig, loss_options
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.step_program import StepProgram
@@ -67,12 +67,13 @@ class Config:
 
 def critic_step(networks: Networks, tx, learner: LearnerConfig) -> StepProgram:
     """ArCHer's critic step (TD, then Polyak), compiled: on packed batches with ``learner.pack_critic``
-    (micro-batches of whole groups, chosen by memory), else on padded ones."""
-    if learner.pack_critic:
+    (micro-batches of whole groups), else on padded ones."""
+    if learner.pack_critic:  # a fixed micro-batch: one group a device (packed_batches.group_count)
+        fixed = parse_micro_batch_size(networks.micro_batch_size) is not None
         return networks.compile_step(functools.partial(archer.packed_critic_step, networks.critic_graphdef, tx,
                                                        learner.gamma, learner.tau),
                                      networks.critic_shardings(tx), packed_batches.batch_shardings(networks.batch_sharding),
-                                     micro_batch_size=AUTO)
+                                     micro_batch_size=shd.batch_size_multiple(networks.mesh) if fixed else AUTO)
     return networks.compile_step(functools.partial(archer.critic_step, networks.critic_graphdef, tx, learner.gamma,
                                                    learner.tau),
                                  networks.critic_shardings(tx), networks.critic_batch_shardings())
@@ -97,11 +98,17 @@ def init_critic(agent: Agent, params=None, target=None):
     return Agent.init_critic(agent, params, target)
 
 
+def critic_groups(networks: Networks, transitions: int) -> int:
+    """The groups a packed critic batch of ``transitions`` is cut in (:func:`packed_batches.group_count`)."""
+    return packed_batches.group_count(transitions, shd.batch_size_multiple(networks.mesh), networks.micro_batch_size)
+
+
 def critic_program(agent: Agent) -> Program:
     """The critic step, ``critic_steps`` times an iteration (packed: at its longest rows, one sequence a row)."""
     packed = agent.config.learner.pack_critic
     return Program("critic_step", agent.critic_step,
-                   lambda s, rows: (agent.abstract_critic(), s.packed_critic_batch(rows) if packed else s.critic_batch(rows)),
+                   lambda s, rows: (agent.abstract_critic(), s.packed_critic_batch(rows, critic_groups(s.networks, rows))
+                                    if packed else s.critic_batch(rows)),
                    agent.config.critic_steps)
 
 
@@ -122,7 +129,7 @@ def critic_phase(agent: Agent, states: States, replay: ReplayBuffer, iteration: 
         sample = replay.sample(parts.batch)
         pi_texts = agent.pi_actions(States(states.actor, critic), sample, parts.key_for(CRITIC, iteration, step))
         pi_rows = parts.pipeline.critic_action_rows(sample["observation"], pi_texts)
-        batch = (parts.pipeline.packed_critic_batch(sample, pi_rows, shd.batch_size_multiple(agent.networks.mesh))
+        batch = (parts.pipeline.packed_critic_batch(sample, pi_rows, critic_groups(agent.networks, parts.batch))
                  if agent.config.learner.pack_critic else parts.pipeline.critic_batch(sample, pi_rows))
         critic, metrics = agent.critic_step(critic, batch)
         parts.metrics.add("critic", metrics)

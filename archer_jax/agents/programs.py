@@ -24,7 +24,6 @@ from archer_jax.learners.networks import Networks
 from archer_jax.learners.packed_batches import PackedCriticBatch, PackedTokens, row_bucket
 from archer_jax.learners.step_program import StepProgram
 from archer_jax.models.tokenizer import Tokens
-from archer_jax.runtime import sharding as shd
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,10 +50,9 @@ class InputShapes:
         crit, act = self.tokens(rows, self.critic), self.tokens(rows, self.critic_action)
         return CriticBatch(crit, act, crit, act, self.vector(rows), self.vector(rows))
 
-    def packed_critic_batch(self, rows: int) -> PackedCriticBatch:
+    def packed_critic_batch(self, rows: int, groups: int) -> PackedCriticBatch:
         """A packed critic batch at the longest bucket: one sequence a row (``rows`` transitions in
-        groups over the mesh's batch axes)."""
-        groups = shd.batch_size_multiple(self.networks.mesh)
+        ``groups`` over the mesh's batch axes)."""
         per = rows // groups
 
         def packed(sequences: int) -> PackedTokens:

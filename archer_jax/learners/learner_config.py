@@ -40,11 +40,11 @@ class LearnerConfig:
     micro_batch_size: int | str = key(
         AUTO, "transitions per scanned micro-batch: auto (largest that fits) or a number that cuts each step evenly",
         official="— (the official code's is `batch_size`)")
-    # Packed rows hold whole groups of transitions (one per device of the batch axes), so the
-    # critic step then takes its batch in one micro-batch a device whatever micro_batch_size says.
+    # Packed rows hold whole groups of transitions: one group per device of the batch axes, or, with
+    # a fixed micro_batch_size, per device and micro-batch (learners.packed_batches.group_count).
     pack_critic: bool = key(
         True, "the TD critic steps (ArCHer, CHAI, PPO's archer_hierarchical): pack each step's sequences several to a "
-        "row, at their real lengths (false: pad each to the batch's longest, and follow micro_batch_size)",
+        "row, at their real lengths (false: pad each to the batch's longest)",
         official="— (the official code pads)")
     # A baseline for what the critic's Q and V have in common, e.g. the V head's lag behind the
     # target Q it learns from.

@@ -13,7 +13,7 @@ attending only within itself, so an encoder pass costs about the tokens it holds
 
 The transitions are cut into ``groups`` equal runs, in order, each packed into rows of its own:
 with the groups split over the mesh's batch axes, every device encodes and gathers only its own
-sequences, and micro-batches are whole groups. Both packs share one row length, the
+sequences, and micro-batches are whole groups (:func:`group_count`). Both packs share one row length, the
 bucket of the step's longest sequence, and their row counts are rounded up on a ladder
 (:func:`row_bucket`), so a run compiles a few shapes.
 """
@@ -27,6 +27,7 @@ import jax
 import numpy as np
 from jax.sharding import Sharding
 
+from archer_jax.learners.micro_batching import parse_micro_batch_size
 from archer_jax.models.packing import pack
 from archer_jax.models.tokenizer import bucket_length, next_power_of_two
 
@@ -63,6 +64,14 @@ def batch_shardings(batch_sharding: Callable[[int], Sharding]) -> PackedCriticBa
     :meth:`~archer_jax.learners.networks.Networks.batch_sharding`)."""
     packed = PackedTokens(*(batch_sharding(3),) * 4)
     return PackedCriticBatch(packed, packed, batch_sharding(2), batch_sharding(2))
+
+
+def group_count(transitions: int, multiple: int, micro_batch_size: int | str = "auto") -> int:
+    """The groups a step's ``transitions`` are packed in: one per device of the mesh's batch axes
+    (``multiple`` of them), or, with a fixed ``micro_batch_size``, that many per micro-batch of that
+    many transitions (each micro-batch packs its own)."""
+    size = parse_micro_batch_size(micro_batch_size)
+    return multiple if size is None else multiple * max(1, transitions // size)
 
 
 def row_bucket(rows: int) -> int:
