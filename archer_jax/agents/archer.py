@@ -68,8 +68,8 @@ class Config:
 def critic_step(networks: Networks, tx, learner: LearnerConfig) -> StepProgram:
     """ArCHer's critic step (TD, then Polyak), compiled: on packed batches with ``learner.pack_critic``
     (micro-batches of whole groups), else on padded ones."""
-    if learner.pack_critic:  # a fixed micro-batch: one group a device (packed_batches.group_count)
-        fixed = parse_micro_batch_size(networks.micro_batch_size) is not None
+    if learner.pack_critic:  # micro-batches of a known size: one group a device each (packed_batches.group_count)
+        fixed = parse_micro_batch_size(networks.micro_batch_size) is not None or networks.micro_batch_limit is not None
         return networks.compile_step(functools.partial(archer.packed_critic_step, networks.critic_graphdef, tx,
                                                        learner.gamma, learner.tau),
                                      networks.critic_shardings(tx), packed_batches.batch_shardings(networks.batch_sharding),
@@ -100,7 +100,8 @@ def init_critic(agent: Agent, params=None, target=None):
 
 def critic_groups(networks: Networks, transitions: int) -> int:
     """The groups a packed critic batch of ``transitions`` is cut in (:func:`packed_batches.group_count`)."""
-    return packed_batches.group_count(transitions, shd.batch_size_multiple(networks.mesh), networks.micro_batch_size)
+    return packed_batches.group_count(transitions, shd.batch_size_multiple(networks.mesh), networks.micro_batch_size,
+                                      networks.micro_batch_limit)
 
 
 def critic_program(agent: Agent) -> Program:

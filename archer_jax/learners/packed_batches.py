@@ -53,10 +53,16 @@ class PackedTokens(NamedTuple):
 class PackedCriticBatch(NamedTuple):
     """Transitions ``(s, a, r, s', terminal)`` and a fresh ``a_π``, packed by group (see the module docstring)."""
 
+    unit = "groups"  # what the step's micro-batches are counted in (its log line)
+
     online: PackedTokens  # per group: its transitions' s, then their a
     target: PackedTokens  # per group: s, then s', then a_π
     reward: Array  # [groups, transitions per group] float32
     terminal: Array  # [groups, transitions per group] float32: 1 where the game ended
+
+    def describe(self) -> str:
+        """The shape in the step's log line: rows of each pack and their length."""
+        return f"packed rows {self.online.ids.shape[1]}+{self.target.ids.shape[1]} of {self.online.ids.shape[2]} tokens"
 
 
 def batch_shardings(batch_sharding: Callable[[int], Sharding]) -> PackedCriticBatch:
@@ -66,11 +72,11 @@ def batch_shardings(batch_sharding: Callable[[int], Sharding]) -> PackedCriticBa
     return PackedCriticBatch(packed, packed, batch_sharding(2), batch_sharding(2))
 
 
-def group_count(transitions: int, multiple: int, micro_batch_size: int | str = "auto") -> int:
+def group_count(transitions: int, multiple: int, micro_batch_size: int | str = "auto", limit: int | None = None) -> int:
     """The groups a step's ``transitions`` are packed in: one per device of the mesh's batch axes
-    (``multiple`` of them), or, with a fixed ``micro_batch_size``, that many per micro-batch of that
-    many transitions (each micro-batch packs its own)."""
-    size = parse_micro_batch_size(micro_batch_size)
+    (``multiple`` of them) and micro-batch, a micro-batch holding ``micro_batch_size`` transitions
+    if fixed, else ``limit`` ("auto"'s largest: a CPU's ``batch_size``), else all of them."""
+    size = parse_micro_batch_size(micro_batch_size) or limit
     return multiple if size is None else multiple * max(1, transitions // size)
 
 

@@ -60,6 +60,8 @@ def _batch_key(batch) -> tuple:
 
 
 def _describe(batch) -> str:
+    if hasattr(batch, "describe"):  # a packed batch says its rows
+        return batch.describe()
     shapes = sorted({tuple(leaf.shape[1:]) for leaf in jax.tree.leaves(batch) if leaf.ndim > 1})
     return "lengths " + "/".join(str(s[0]) for s in shapes) if shapes else "no token axes"
 
@@ -152,8 +154,8 @@ class StepProgram:
             chosen = self.layouts[key]
             need = "" if chosen.need_bytes is None else f", {size_text(chosen.need_bytes)} per device"
             free = "" if chosen.free_bytes is None else f" of {size_text(chosen.free_bytes)} free"
-            log.info("%s (%s): %d micro-batch(es) of %d transitions%s%s", self.name, _describe(batch),
-                     chosen.count, chosen.size, need, free)
+            log.info("%s (%s): %d micro-batch(es) of %d %s%s%s", self.name, _describe(batch), chosen.count, chosen.size,
+                     getattr(batch, "unit", "transitions"), need, free)
         return self.layouts[key]
 
     def _choose(self, args) -> Layout:

@@ -17,7 +17,7 @@ from flax import nnx
 
 from archer_jax.learners import archer, train_state
 from archer_jax.learners.batches import critic_batch
-from archer_jax.learners.packed_batches import packed_critic_batch, row_bucket
+from archer_jax.learners.packed_batches import group_count, packed_critic_batch, row_bucket
 from tests.learners.conftest import make_modules
 from tests.learners.test_learner import as_numpy, max_abs_err
 
@@ -67,7 +67,15 @@ def test_packed_batches_hold_every_sequence_in_fewer_rows(setup):
     assert [row_bucket(n) for n in (1, 4, 5, 7, 9, 13, 17, 33, 64, 65, 100, 129)] == [1, 4, 6, 8, 12, 16, 24, 48, 64, 80, 112, 160]
 
 
-@pytest.mark.parametrize("groups,micro_batches", [(1, 1), (2, 2)])
+def test_groups_are_one_per_device_and_micro_batch():
+    assert group_count(256, 1) == 1  # "auto" on an accelerator: the whole step in one group a device
+    assert group_count(256, 4) == 4
+    assert group_count(256, 1, 8) == 32  # a fixed micro-batch of 8 transitions: each packs its own
+    assert group_count(256, 2, "auto", limit=8) == 64  # a CPU's "auto": micro-batches of batch_size
+    assert group_count(32, 8, 64) == 8  # a micro-batch larger than the step: the step
+
+
+@pytest.mark.parametrize("groups,micro_batches", [(1, 1), pytest.param(2, 2, marks=pytest.mark.slow)])  # over 5 s
 def test_the_packed_step_equals_the_padded_one(setup, groups, micro_batches):
     """Loss, every metric and every parameter's gradient (SGD at rate 1: minus the update) of the
     packed step equal the padded step's, to float32 rounding; and the gradients are not zero."""
