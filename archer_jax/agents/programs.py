@@ -51,18 +51,20 @@ class InputShapes:
         return CriticBatch(crit, act, crit, act, self.vector(rows), self.vector(rows))
 
     def packed_critic_batch(self, rows: int, groups: int) -> PackedCriticBatch:
-        """A packed critic batch at the longest bucket: one sequence a row (``rows`` transitions in
-        ``groups`` over the mesh's batch axes)."""
+        """A packed critic batch at the longest buckets (``rows`` transitions in ``groups`` over the
+        mesh's batch axes): each observation a row of its own, the actions packed at their bucket."""
         per = rows // groups
+        actions = -(-per * self.critic_action // self.critic)  # rows that a group's actions fill
 
-        def packed(sequences: int) -> PackedTokens:
-            leaf = jax.ShapeDtypeStruct((groups, row_bucket(sequences), self.critic), jnp.int32,
+        def packed(observations: int, filled: int) -> PackedTokens:
+            leaf = jax.ShapeDtypeStruct((groups, row_bucket(filled), self.critic), jnp.int32,
                                         sharding=self.networks.batch_sharding(3))
-            starts = jax.ShapeDtypeStruct((groups, sequences, 2), jnp.int32, sharding=self.networks.batch_sharding(3))
+            starts = jax.ShapeDtypeStruct((groups, observations + per, 2), jnp.int32,
+                                          sharding=self.networks.batch_sharding(3))
             return PackedTokens(leaf, leaf, leaf, starts)
 
         vector = jax.ShapeDtypeStruct((groups, per), jnp.float32, sharding=self.networks.batch_sharding(2))
-        return PackedCriticBatch(packed(2 * per), packed(3 * per), vector, vector)
+        return PackedCriticBatch(packed(per, per + actions), packed(2 * per, 2 * per + actions), vector, vector)
 
     def actor_batch(self, rows: int) -> ActorBatch:
         return ActorBatch(self.tokens(rows, self.prompt), self.tokens(rows, self.action),

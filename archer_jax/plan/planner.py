@@ -162,7 +162,8 @@ def _plan_run(config, target: slices.Target, devices, workdir: Path, config_name
             programs.append(program)
             continue
         program.compile_s = time.perf_counter() - start
-        program.shape = (f"{parts.batch} rows in {layout.count} x {layout.size}; lengths "
+        unit = " groups" if hasattr(args[-1], "unit") else ""  # a packed batch's micro-batches hold groups
+        program.shape = (f"{parts.batch} rows in {layout.count} x {layout.size}{unit}; lengths "
                          f"{parts.max_prompt_length}/{parts.max_critic_length}/{parts.action_length}")
         matmul = matmul_flops(functools.partial(step.step, micro_batches=layout.count), *args) / parts.mesh.devices.size
         _analyse(program, compiled, chip, resident, device_bytes(args[:-1]), 1, matmul)
