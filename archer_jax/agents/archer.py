@@ -18,8 +18,8 @@ from archer_jax.agents.agent import Agent, group, timed
 from archer_jax.agents.programs import Program, after_warmup
 from archer_jax.learners import archer, packed_batches
 from archer_jax.learners.critic import with_initial_value
-from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
 from archer_jax.learners.learner_config import LearnerConfig, loss_options
+from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.train_state import States
@@ -105,7 +105,7 @@ def critic_groups(networks: Networks, transitions: int) -> int:
 
 
 def critic_program(agent: Agent) -> Program:
-    """The critic step, ``critic_steps`` times an iteration (packed: at its longest rows, one sequence a row)."""
+    """The critic step, ``critic_steps`` times an iteration (its inputs at the longest buckets)."""
     packed = agent.config.learner.pack_critic
     return Program("critic_step", agent.critic_step,
                    lambda s, rows: (agent.abstract_critic(), s.packed_critic_batch(rows, critic_groups(s.networks, rows))

@@ -52,9 +52,9 @@ class Steps:
         self._actor_params, self._critic_params = n._actor_params, n._critic_params
         self._programs = {"bc_step": bc_step(n, self.actor_tx, with_target)}
         if critic is not None:
-            self._programs.update(critic_step=archer.critic_step(n, self.critic_tx, dataclasses.replace(config, pack_critic=False)),
-                                  packed_critic_step=archer.critic_step(n, self.critic_tx,
-                                                                        dataclasses.replace(config, pack_critic=True)),
+            padded, packed = (dataclasses.replace(config, pack_critic=p) for p in (False, True))
+            self._programs.update(critic_step=archer.critic_step(n, self.critic_tx, padded),
+                                  packed_critic_step=archer.critic_step(n, self.critic_tx, packed),
                                   iql_critic_step=offline_archer.iql_critic_step(n, self.critic_tx, config, iql),
                                   actor_step=archer.actor_step(n, self.actor_tx, self.critic_tx, config, iql,
                                                                with_target=with_target))
