@@ -211,10 +211,13 @@ class StepProgram:
                             "host's %s available now (other processes share it): running them anyway", self.name,
                             smallest, _describe(args[-1]), size_text(needs[smallest]), 100 * HEADROOM, size_text(free))
                 return Layout(smallest, rows // smallest, needs[smallest], free)
+            unit = getattr(args[-1], "unit", "transitions")
+            packed = ("" if unit == "transitions" else ", fix config.learner.micro_batch_size (a packed step's "
+                      "micro-batches then pack their own transitions) or set config.learner.pack_critic=false")
             raise TrainingError(
-                f"{self.name}: micro-batches of {smallest} transitions ({_describe(args[-1])}) need "
+                f"{self.name}: micro-batches of {smallest} {unit} ({_describe(args[-1])}) need "
                 f"{size_text(needs[smallest])} per device, {size_text(free)} free: set config.model.remat "
-                f"(dots or full), shorten config.model.max_prompt_length/max_critic_length, or use more devices")
+                f"(dots or full), shorten config.model.max_prompt_length/max_critic_length{packed}, or use more devices")
         # Memory grows about linearly with the micro-batch: skip the sizes a line through both ends
         # rules out, then compile down from the largest it allows until one fits.
         slope = (needs[largest] - needs[smallest]) / (largest - smallest)

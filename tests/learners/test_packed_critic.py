@@ -15,7 +15,10 @@ import optax
 import pytest
 from flax import nnx
 
-from archer_jax.learners import archer, train_state
+from archer_jax.agents.steps import Steps
+from archer_jax.errors import TrainingError
+from archer_jax.learners import archer, step_program, train_state
+from archer_jax.learners.learner_config import LearnerConfig
 from archer_jax.learners.batches import critic_batch
 from archer_jax.learners.packed_batches import group_count, packed_critic_batch, row_bucket
 from tests.learners.conftest import make_modules
@@ -88,3 +91,16 @@ def test_the_packed_step_equals_the_padded_one(setup, groups, micro_batches):
     assert set(got) == set(want)
     for name, value in want.items():
         assert abs(got[name] - value) <= 2e-5 * max(abs(value), 1.0), (name, got[name], value)
+
+
+@pytest.mark.slow  # over 5 s on 2 cores (it compiles the step): the fast tier skips it
+def test_a_packed_step_that_does_not_fit_says_how_to_cut_it(tiny_dirs, setup, monkeypatch):
+    """On a GPU or TPU ("auto", the device's own limit) a packed critic step is one micro-batch a
+    device: when that does not fit, the line names the keys that cut it."""
+    monkeypatch.setattr(step_program, "device_free_bytes", lambda devices: 1)
+    monkeypatch.setattr(step_program, "shares_host_memory", lambda devices: False)
+    steps = Steps(*make_modules(tiny_dirs), LearnerConfig(micro_batch_size="auto"))
+    with pytest.raises(TrainingError, match=r"^packed_critic_step: micro-batches of 1 groups \(packed rows \d+\+\d+ of "
+                                            r"\d+ tokens\) need .* fix config.learner.micro_batch_size .* "
+                                            r"config.learner.pack_critic=false, or use more devices"):
+        steps.packed_critic_step(steps.init_critic(), setup[-1][1])
