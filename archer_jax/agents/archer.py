@@ -19,7 +19,7 @@ from archer_jax.agents.programs import Program, after_warmup
 from archer_jax.learners import archer, packed_batches
 from archer_jax.learners.critic import with_initial_value
 from archer_jax.learners.learner_config import LearnerConfig, loss_options
-from archer_jax.learners.micro_batching import AUTO, parse_micro_batch_size
+from archer_jax.learners.micro_batching import AUTO
 from archer_jax.learners.networks import Networks
 from archer_jax.learners.step_program import StepProgram
 from archer_jax.learners.train_state import States
@@ -69,7 +69,7 @@ def critic_step(networks: Networks, tx, learner: LearnerConfig) -> StepProgram:
     """ArCHer's critic step (TD, then Polyak), compiled: on packed batches with ``learner.pack_critic``
     (micro-batches of whole groups), else on padded ones."""
     if learner.pack_critic:  # micro-batches of a known size: one group a device each (packed_batches.group_count)
-        fixed = parse_micro_batch_size(networks.micro_batch_size) is not None or networks.micro_batch_limit is not None
+        fixed = packed_batches.micro_batch_transitions(networks.micro_batch_size, networks.micro_batch_limit) is not None
         return networks.compile_step(functools.partial(archer.packed_critic_step, networks.critic_graphdef, tx,
                                                        learner.gamma, learner.tau),
                                      networks.critic_shardings(tx), packed_batches.batch_shardings(networks.batch_sharding),

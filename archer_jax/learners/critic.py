@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from archer_jax.learners.packed_batches import PackedTokens
 from archer_jax.learners.train_state import path_names
 from archer_jax.models.layers import DType, annotated
 from archer_jax.models.roberta.model import RobertaModel
@@ -92,11 +93,9 @@ class DoubleCritic(nnx.Module):
     def embed_packed(self, ids: Array, segments: Array, positions: Array, starts: Array) -> Array:
         """``e(x)``: ``[sequences, d]``, in input order, for sequences packed several to a row
         (:func:`archer_jax.models.packing.pack`'s arrays): equal to :meth:`embed` of them padded."""
-        h = self.encoder(ids, segment_ids=segments, position_ids=positions).last_hidden_state
-        first = h[starts[:, 0], starts[:, 1]]
-        return self.encoder.pool(first) if self.embedding == "pooler" else first
+        return self.embed_groups(PackedTokens(ids[None], segments[None], positions[None], starts[None]))[0]
 
-    def embed_groups(self, packed) -> Array:
+    def embed_groups(self, packed: PackedTokens) -> Array:
         """``e(x)``: ``[groups, sequences, d]`` for groups of packed sequences
         (:class:`~archer_jax.learners.packed_batches.PackedTokens`), each group's in its input
         order: one encoder pass over every group's rows, then each group gathers its own."""

@@ -44,11 +44,6 @@ class PackedTokens(NamedTuple):
     positions: Array  # [groups, rows, length] int32: each token's index within its sequence
     starts: Array  # [groups, sequences, 2] int32: (row, column) of each sequence's first token in its group
 
-    @property
-    def padding(self) -> float:
-        """The fraction of the arrays' positions that hold no token."""
-        return 1.0 - float((np.asarray(self.segments) > 0).mean())
-
 
 class PackedCriticBatch(NamedTuple):
     """Transitions ``(s, a, r, s', terminal)`` and a fresh ``a_π``, packed by group (see the module docstring)."""
@@ -72,11 +67,17 @@ def batch_shardings(batch_sharding: Callable[[int], Sharding]) -> PackedCriticBa
     return PackedCriticBatch(packed, packed, batch_sharding(2), batch_sharding(2))
 
 
+def micro_batch_transitions(micro_batch_size: int | str = "auto", limit: int | None = None) -> int | None:
+    """The transitions of a micro-batch when its size is known: ``micro_batch_size`` if fixed, else
+    ``limit`` ("auto"'s largest: a CPU's ``batch_size``); None when "auto" chooses by memory."""
+    return parse_micro_batch_size(micro_batch_size) or limit
+
+
 def group_count(transitions: int, multiple: int, micro_batch_size: int | str = "auto", limit: int | None = None) -> int:
     """The groups a step's ``transitions`` are packed in: one per device of the mesh's batch axes
-    (``multiple`` of them) and micro-batch, a micro-batch holding ``micro_batch_size`` transitions
-    if fixed, else ``limit`` ("auto"'s largest: a CPU's ``batch_size``), else all of them."""
-    size = parse_micro_batch_size(micro_batch_size) or limit
+    (``multiple`` of them) and micro-batch, a micro-batch holding :func:`micro_batch_transitions`,
+    else all of them."""
+    size = micro_batch_transitions(micro_batch_size, limit)
     return multiple if size is None else multiple * max(1, transitions // size)
 
 

@@ -40,11 +40,11 @@ class Packed(NamedTuple):
 
 
 def pack(rows: Sequence[np.ndarray], pad_id: int, *, max_length: int, min_bucket: int = 16,
-         row_multiple: int = 1, length: int | None = None, min_rows: int = 0) -> Packed:
+         row_multiple: int = 1, length: int | None = None) -> Packed:
     """``rows`` (token id sequences, each cut to its last ``max_length`` tokens, as a left
     truncation keeps the latest turns) packed first-fit decreasing into rows of the bucket length
     of the longest (or of ``length``, at least that); the row count rounded up to a multiple of
-    ``row_multiple``, and to at least ``min_rows`` (padding rows)."""
+    ``row_multiple``."""
     if not len(rows):
         raise ValueError("rows is empty: nothing to pack")
     rows = [np.asarray(r, np.int32)[-max_length:] for r in rows]
@@ -64,7 +64,7 @@ def pack(rows: Sequence[np.ndarray], pad_id: int, *, max_length: int, min_bucket
             free.append(length)
         placed[i] = (row, length - free[row])
         free[row] -= lengths[i]
-    count = max(-(-len(free) // row_multiple) * row_multiple, min_rows)
+    count = -(-len(free) // row_multiple) * row_multiple
     ids = np.full((count, length), pad_id, np.int32)
     segments = np.zeros((count, length), np.int32)
     positions = np.zeros((count, length), np.int32)
