@@ -21,6 +21,7 @@ Prints a table; writes benchmarks/results/sampler_<backend>_<dtype>.json.
 from __future__ import annotations
 
 import argparse
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from flax import nnx
 from archer_jax import models
 from archer_jax.models import tiny
 from archer_jax.sampling import Sampler, SamplingParams
+from archer_jax.sampling.decoding import decode_chunk
 from common import RESULTS, decode_floor_s, machine, peak_bandwidth, print_table, time_call, write_result
 
 
@@ -48,11 +50,12 @@ def bench_ours(args, tokenizer) -> list[dict]:
     config = model.config
     bandwidth = peak_bandwidth(jax.devices()[0], args.peak_bandwidth)
     rows = []
-    for batch in args.batch_sizes:
+    for batch, chunk in itertools.product(args.batch_sizes, args.decode_chunks):
         ids, mask = _prompts(batch, args.prompt, config.vocab_size)
         times = {}
         for new in (1, args.new_tokens):
-            params = SamplingParams(max_new_tokens=new, stop_strings=(), stop_at_eos=False)
+            params = SamplingParams(max_new_tokens=new, temperature=args.temperature, top_p=args.top_p,
+                                    decode_chunk=chunk, stop_strings=(), stop_at_eos=False)
 
             def run():
                 jax.block_until_ready(sampler.generate_tokens(ids, mask, jax.random.key(0), params))
@@ -62,7 +65,8 @@ def bench_ours(args, tokenizer) -> list[dict]:
                 compile_s = first - times[new]
         total, prefill = times[args.new_tokens], times[1]
         step = (total - prefill) / (args.new_tokens - 1)
-        row = dict(impl="archer_jax", batch=batch, total_s=total, prefill_s=prefill, decode_step_ms=1e3 * step,
+        row = dict(impl="archer_jax", batch=batch, decode_chunk=decode_chunk(params, jax.default_backend()),
+                   total_s=total, prefill_s=prefill, decode_step_ms=1e3 * step,
                    gen_tokens_per_s=batch * args.new_tokens / total, compile_s=compile_s)
         if bandwidth:  # the decode loop attends over every slot
             floor = decode_floor_s(param_bytes, config, batch, args.prompt + args.new_tokens, dtype.itemsize, bandwidth)
@@ -110,10 +114,15 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=256, help="prompt tokens per row")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--decode-chunks", type=int, nargs="+", default=[0],
+                        help="decode steps between checks for finished rows (0: the platform's default)")
     parser.add_argument("--repeats", type=int, default=2, help="timed calls after the first (median)")
     parser.add_argument("--peak-bandwidth", type=float, default=None, help="bytes/s, for an unlisted device")
     parser.add_argument("--no-torch", action="store_true", help="skip the Hugging Face PyTorch reference")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--suffix", default="", help="appended to the result file's name")
     args = parser.parse_args()
     if args.new_tokens < 2:
         parser.error("--new-tokens must be >= 2 (decode time is total minus the one-token run)")
@@ -124,23 +133,24 @@ def main() -> None:
     if not args.no_torch:
         rows += bench_torch(args)
     rows.sort(key=lambda r: (r["batch"], r["impl"]))
-    by_batch = {r["batch"]: r for r in rows if r["impl"] == "archer_jax"}
+    hf = {r["batch"]: r for r in rows if r["impl"] == "hf-torch"}
     for r in rows:
-        if r["impl"] == "hf-torch":
-            by_batch[r["batch"]]["speedup_vs_hf"] = by_batch[r["batch"]]["gen_tokens_per_s"] / r["gen_tokens_per_s"]
+        if r["impl"] == "archer_jax" and r["batch"] in hf:
+            r["speedup_vs_hf"] = r["gen_tokens_per_s"] / hf[r["batch"]]["gen_tokens_per_s"]
     info = machine()
     print(f"{info['device_kind'] or info['backend']} ×{info['device_count']}, {info['cpu_count']} CPUs, {info['date']}: "
-          f"GPT-2-124M shapes, prompt {args.prompt}, {args.new_tokens} new tokens, {args.dtype}")
+          f"GPT-2-124M shapes, prompt {args.prompt}, {args.new_tokens} new tokens, {args.dtype}, "
+          f"temperature {args.temperature}, top_p {args.top_p}")
     print_table(
         rows,
-        [("impl", "impl", ""), ("batch", "batch", "d"), ("total_s", "total s", ".2f"), ("prefill_s", "prefill s", ".2f"),
+        [("impl", "impl", ""), ("batch", "batch", "d"), ("decode_chunk", "chunk", "d"), ("total_s", "total s", ".2f"), ("prefill_s", "prefill s", ".2f"),
          ("decode_step_ms", "decode/step ms", ".1f"), ("gen_tokens_per_s", "gen tokens/s", ".0f"),
          ("speedup_vs_hf", "ours/HF", ".2f"), ("compile_s", "compile s", ".1f"),
          ("roofline_fraction", "roofline", ".2f")],
     )
     config = dict(batch_sizes=args.batch_sizes, prompt=args.prompt, new_tokens=args.new_tokens, dtype=args.dtype,
-                  repeats=args.repeats)
-    path = write_result(f"sampler_{jax.default_backend()}_{args.dtype}", config, rows, args.out)
+                  repeats=args.repeats, temperature=args.temperature, top_p=args.top_p, decode_chunks=args.decode_chunks)
+    path = write_result(f"sampler_{jax.default_backend()}_{args.dtype}{args.suffix}", config, rows, args.out)
     print(f"wrote {path}")
 
 

@@ -65,6 +65,9 @@ class SamplingParams:
     temperature: float = key(1.0, "rollout sampling temperature (evaluation is greedy)", official="`temperature`")
     top_k: int = key(0, "sample from the k likeliest tokens only (0 = off)")
     top_p: float = key(1.0, "nucleus sampling: the smallest set of tokens with this much mass, in (0, 1] (1 = off)")
+    decode_chunk: int = key(
+        0, "decode steps between the sampler's checks for finished rows (0 = the platform's default: "
+        "8 on GPU, where each check waits on the device, 1 elsewhere); the tokens do not depend on it")
     stop_strings: tuple[str, ...] = ("\n",)
     stop_at_eos: bool = True
 
@@ -80,6 +83,8 @@ class SamplingParams:
             raise ValueError(f"top_k: must be >= 0, got {self.top_k!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p: must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.decode_chunk, int) or self.decode_chunk < 0:
+            raise ValueError(f"decode_chunk: must be >= 0 (0 = the platform's default), got {self.decode_chunk!r}")
         if any(not s for s in self.stop_strings):
             raise ValueError(f"stop_strings may not contain an empty string: {self.stop_strings!r}")
 
@@ -178,14 +183,19 @@ def _record(
     """Samples token ``step`` from ``logits`` for the rows not yet done and updates the state."""
     u = jax.lax.dynamic_index_in_dim(state.uniforms, step, axis=1, keepdims=False)
     token, lp, slp = choose_tokens(logits, u, sampling, state.greedy)
-    live = ~state.done
-    token = jnp.where(live, token, pad_id)
-    column = lambda a, v: jax.lax.dynamic_update_slice_in_dim(a, v[:, None].astype(a.dtype), step, axis=1)  # noqa: E731
+    # A step past max_new_tokens (the end of a decode chunk) changes nothing: every row is done by
+    # then, and the column index, clamped to the last, keeps what it holds.
+    live = ~state.done & (step < sampling.max_new_tokens)
+
+    def column(a: Array, v: Array) -> Array:  # column `step` of a, v where the row is live
+        kept = jax.lax.dynamic_index_in_dim(a, step, axis=1, keepdims=False)
+        return jax.lax.dynamic_update_slice_in_dim(a, jnp.where(live, v.astype(a.dtype), kept)[:, None], step, axis=1)
+
     return state._replace(
         step=step + 1,
         tokens=column(state.tokens, token),
-        logprobs=column(state.logprobs, jnp.where(live, lp, 0.0)),
-        sample_logprobs=column(state.sample_logprobs, jnp.where(live, slp, 0.0)),
+        logprobs=column(state.logprobs, lp),
+        sample_logprobs=column(state.sample_logprobs, slp),
         lengths=jnp.where(live, step + 1, state.lengths),
         done=state.done | (live & stop_table[token]),
     )
@@ -252,10 +262,14 @@ def decode(
     model_state: nnx.State,
     state: DecodeState,
     stop_table: Array,
+    chunk: int = 1,
 ) -> DecodeState:
     """Samples tokens until every row is done or ``max_new_tokens`` exist (a while loop).
 
-    The state (KV cache included) is donated by the caller and updated in place.
+    The loop checks for that every ``chunk`` tokens (a fixed-length inner loop between checks):
+    on a GPU each check waits for the device and copies the flag to the host. Steps after every
+    row is done sample nothing, so the tokens are those of ``chunk = 1``. The state (KV cache
+    included) is donated by the caller and updated in place.
     """
     model = nnx.merge(graphdef, model_state)  # a causal LM (archer_jax.models.causal_lm)
     prompt_length = state.slot_mask.shape[1] - sampling.max_new_tokens  # the slot of the first new token
@@ -274,7 +288,22 @@ def decode(
         s = s._replace(cache=out.cache, slot_mask=slot_mask)
         return _record(s, s.step, logits, stop_table, pad_id, sampling)
 
-    return jax.lax.while_loop(not_finished, next_token, state)
+    if chunk == 1:
+        return jax.lax.while_loop(not_finished, next_token, state)
+    next_chunk = lambda s: jax.lax.fori_loop(0, chunk, lambda _, s: next_token(s), s)  # noqa: E731
+    return jax.lax.while_loop(not_finished, next_chunk, state)
+
+
+GPU_DECODE_CHUNK = 8  # tokens between a GPU decode loop's checks (each is a device-to-host wait)
+
+
+def decode_chunk(sampling: SamplingParams, platform: str) -> int:
+    """The decode steps between checks for finished rows: ``sampling.decode_chunk``, or by default
+    :data:`GPU_DECODE_CHUNK` on a GPU and 1 elsewhere (a CPU or TPU tests the loop's flag on the
+    device itself: a longer chunk only adds steps after the last row is done)."""
+    if sampling.decode_chunk:
+        return sampling.decode_chunk
+    return GPU_DECODE_CHUNK if platform in ("gpu", "cuda", "rocm") else 1
 
 
 def decode_state_shardings(mesh: Mesh, rules: shd.Rules, config: CausalLMConfig, batch: int, slots: int) -> DecodeState:
@@ -489,8 +518,9 @@ class Decoder:
                 in_shardings=(self.param_shardings, matrix, matrix, rows, scalar, scalar, scalar, rows),
                 out_shardings=state_sh,
             )
+            chunk = decode_chunk(sampling, self.mesh.devices.flat[0].platform)
             decode_fn = jax.jit(
-                self._traced(decode, self.graphdef, sampling, self.pad_id),
+                self._traced(decode, self.graphdef, sampling, self.pad_id, chunk=chunk),
                 in_shardings=(self.param_shardings, state_sh, scalar),
                 out_shardings=state_sh,
                 donate_argnums=(1,),

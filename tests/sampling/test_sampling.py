@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -375,3 +377,23 @@ def test_greedy_and_sampled_calls_share_their_programs(policy):
     again = sampler.generate(["Is it a dog?", "Seoul"], jax.random.key(2), greedy)
     np.testing.assert_array_equal(first.tokens, again.tokens)  # greedy ignores the key
     assert (first.sample_logprobs == 0).all()
+
+
+def test_decode_chunks_give_the_same_tokens(policy, sampler):
+    """Checking for finished rows every 3 or 8 tokens (a GPU's default) instead of every token
+    samples the same ids with the same log-probs, bit for bit: a row that stops mid-chunk, the
+    rows that run to ``max_new_tokens`` (9 is no multiple of either chunk) and a greedy call."""
+    _, model, tokenizer = policy
+    key = jax.random.key(11)
+    for params in (SamplingParams(max_new_tokens=9, temperature=0.7, top_p=0.9), SamplingParams(max_new_tokens=9, greedy=True)):
+        want = sampler.generate(PROMPTS, key, params)
+        assert {"stop", "length"} <= set(want.finish_reasons)  # rows that end early and rows cut at the limit
+        for chunk in (3, 8):
+            chunked = Sampler(model, tokenizer).generate(PROMPTS, key, dataclasses.replace(params, decode_chunk=chunk))
+            np.testing.assert_array_equal(chunked.tokens, want.tokens)
+            np.testing.assert_array_equal(chunked.lengths, want.lengths)
+            np.testing.assert_array_equal(chunked.logprobs, want.logprobs)
+            np.testing.assert_array_equal(chunked.sample_logprobs, want.sample_logprobs)
+            assert chunked.texts == want.texts
+    with pytest.raises(ValueError, match="decode_chunk: must be >= 0"):
+        SamplingParams(decode_chunk=-1)
