@@ -518,13 +518,11 @@ class Decoder:
                 in_shardings=(self.param_shardings, matrix, matrix, rows, scalar, scalar, scalar, rows),
                 out_shardings=state_sh,
             )
-            chunk = decode_chunk(sampling, self.mesh.devices.flat[0].platform)
+            platform = self.mesh.devices.flat[0].platform
             decode_fn = jax.jit(
-                self._traced(decode, self.graphdef, sampling, self.pad_id, chunk=chunk),
-                in_shardings=(self.param_shardings, state_sh, scalar),
-                out_shardings=state_sh,
-                donate_argnums=(1,),
-                compiler_options=decode_compiler_options(self.mesh.devices.flat[0].platform),
+                self._traced(decode, self.graphdef, sampling, self.pad_id, chunk=decode_chunk(sampling, platform)),
+                in_shardings=(self.param_shardings, state_sh, scalar), out_shardings=state_sh, donate_argnums=(1,),
+                compiler_options=decode_compiler_options(platform),
             )
             self._programs[signature] = (prefill_fn, decode_fn)
         return self._programs[signature]
