@@ -178,7 +178,7 @@ def choose_tokens(
 
 
 def _record(
-    state: DecodeState, step: Array, logits: Array, stop_table: Array, pad_id: int, sampling: SamplingParams
+    state: DecodeState, step: Array, logits: Array, stop_table: Array, sampling: SamplingParams
 ) -> DecodeState:
     """Samples token ``step`` from ``logits`` for the rows not yet done and updates the state."""
     u = jax.lax.dynamic_index_in_dim(state.uniforms, step, axis=1, keepdims=False)
@@ -252,13 +252,12 @@ def prefill(
         uniforms=row_uniforms(key, row_ids, new),
         greedy=jnp.asarray(greedy, bool),
     )
-    return _record(state, state.step, logits, stop_table, pad_id, sampling)
+    return _record(state, state.step, logits, stop_table, sampling)
 
 
 def decode(
     graphdef: nnx.GraphDef,
     sampling: SamplingParams,
-    pad_id: int,
     model_state: nnx.State,
     state: DecodeState,
     stop_table: Array,
@@ -286,7 +285,7 @@ def decode(
         out = model(previous, slot_mask, cache=s.cache, cache_index=slot, return_logits=False)
         logits = model.lm_logits(out.hidden_state[:, 0])
         s = s._replace(cache=out.cache, slot_mask=slot_mask)
-        return _record(s, s.step, logits, stop_table, pad_id, sampling)
+        return _record(s, s.step, logits, stop_table, sampling)
 
     if chunk == 1:
         return jax.lax.while_loop(not_finished, next_token, state)
@@ -520,7 +519,7 @@ class Decoder:
             )
             platform = self.mesh.devices.flat[0].platform
             decode_fn = jax.jit(
-                self._traced(decode, self.graphdef, sampling, self.pad_id, chunk=decode_chunk(sampling, platform)),
+                self._traced(decode, self.graphdef, sampling, chunk=decode_chunk(sampling, platform)),
                 in_shardings=(self.param_shardings, state_sh, scalar), out_shardings=state_sh, donate_argnums=(1,),
                 compiler_options=decode_compiler_options(platform),
             )

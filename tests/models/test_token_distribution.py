@@ -20,8 +20,8 @@ def sorted_nucleus(x: np.ndarray, top_p: float) -> np.ndarray:
 
 @pytest.mark.parametrize("vocab, scale", [(866, 1.0), (50257, 3.0), (50257, 0.3)])
 def test_the_cuts_keep_what_sorting_keeps(vocab, scale):
-    """A GPT-2-sized vocabulary at logit scales where the halving search stops early (a few units)
-    and where it needs its full length; rows of one batch stop at different halvings."""
+    """The tiny and GPT-2 vocabularies, logits of a few units and of a few tenths, and a peaked
+    row beside flat ones in one batch."""
     x = np.asarray(jax.random.normal(jax.random.key(vocab), (6, vocab)), np.float64) * scale
     x[1] *= 10.0  # a peaked row beside flat ones
     x32 = x.astype(np.float32)
