@@ -24,6 +24,7 @@ from flax import nnx
 
 from archer_jax.input_pipeline import InputPipeline
 from archer_jax.learners.batches import ActorBatch, actor_batch
+from archer_jax.learners.packed_batches import PackedActorBatch, packed_actor_batch
 from archer_jax.models.tokenizer import pad_rows, token_rows
 from archer_jax.runtime import sharding as shd
 from archer_jax.runtime.distributed import allgather_objects, concat_gathered, host_share
@@ -86,6 +87,15 @@ def actor_batch_of(rows: ActorRows, sampler: Sampler, critic_tokenizer, sampling
     action = pad_rows(rows.actions, sampler.pad_id, left=False, max_length=new, length=new)
     return actor_batch(observation, action, critic_tokenizer, rows.critic_observations, rows.critic_actions,
                        max_length=max_length, min_action_bucket=min_action_bucket)
+
+
+def packed_actor_rows(rows: ActorRows, sampler: Sampler, critic_tokenizer, sampling: SamplingParams, groups: int, *,
+                      max_length: int = 512) -> PackedActorBatch:
+    """:func:`actor_batch_of`'s rows packed several to a row, in ``groups`` runs of transitions
+    (:func:`archer_jax.learners.packed_batches.packed_actor_batch`)."""
+    return packed_actor_batch(sampler.pad_id, critic_tokenizer.pad_token_id, rows.prompts, rows.actions,
+                              rows.critic_observations, rows.critic_actions, prompt_limit=sampler.prompt_limit(sampling),
+                              action_length=sampling.max_new_tokens, groups=groups, max_length=max_length)
 
 
 def sampled_actor_batch(
@@ -159,8 +169,10 @@ class Acting:
     def localize_critic(self, params: nnx.State) -> nnx.State:
         return shd.localize(params, self.sampler.mesh)
 
-    def actor_batch(self, policy: nnx.State, sample: dict, key: jax.Array) -> ActorBatch:
-        """The actor batch of a replay sample with a fresh ``a_π`` for each observation."""
+    def actor_batch(self, policy: nnx.State, sample: dict, key: jax.Array, *,
+                    groups: int | None = None) -> ActorBatch | PackedActorBatch:
+        """The actor batch of a replay sample with a fresh ``a_π`` for each observation; with
+        ``groups``, packed in that many runs of transitions (:func:`packed_actor_rows`)."""
         share = host_share(len(sample["policy_observation"]))
         rows = ActorRows([], [], [], [])
         if len(share):
@@ -172,5 +184,8 @@ class Acting:
                 context=sample["observation"][share.start:share.stop] if self.pipeline.critic_action_in_context else None,
             )
         rows = functools.reduce(ActorRows.__add__, allgather_objects(rows))
+        if groups is not None:
+            return packed_actor_rows(rows, self.sampler, self.pipeline.critic_tokenizer, self.sampling, groups,
+                                     max_length=self.pipeline.max_critic_length)
         return actor_batch_of(rows, self.sampler, self.pipeline.critic_tokenizer, self.sampling,
                               max_length=self.pipeline.max_critic_length, min_action_bucket=self.pipeline.action_bucket)

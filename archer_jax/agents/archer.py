@@ -65,29 +65,41 @@ class Config:
             raise offline_loss_error(self.agent, self.learner.actor_loss)
 
 
+def packed_micro_batches(networks: Networks) -> int | str:
+    """A packed step's micro-batch size, in groups: one group a device when the transitions of a
+    micro-batch are known (each micro-batch packs its own, :func:`packed_batches.group_count`),
+    else "auto"."""
+    fixed = packed_batches.micro_batch_transitions(networks.micro_batch_size, networks.micro_batch_limit) is not None
+    return shd.batch_size_multiple(networks.mesh) if fixed else AUTO
+
+
 def critic_step(networks: Networks, tx, learner: LearnerConfig) -> StepProgram:
     """ArCHer's critic step (TD, then Polyak), compiled: on packed batches with ``learner.pack_critic``
     (micro-batches of whole groups), else on padded ones."""
-    if learner.pack_critic:  # micro-batches of a known size: one group a device each (packed_batches.group_count)
-        fixed = packed_batches.micro_batch_transitions(networks.micro_batch_size, networks.micro_batch_limit) is not None
+    if learner.pack_critic:
         return networks.compile_step(functools.partial(archer.packed_critic_step, networks.critic_graphdef, tx,
                                                        learner.gamma, learner.tau),
                                      networks.critic_shardings(tx), packed_batches.batch_shardings(networks.batch_sharding),
-                                     micro_batch_size=shd.batch_size_multiple(networks.mesh) if fixed else AUTO)
+                                     micro_batch_size=packed_micro_batches(networks))
     return networks.compile_step(functools.partial(archer.critic_step, networks.critic_graphdef, tx, learner.gamma,
                                                    learner.tau),
                                  networks.critic_shardings(tx), networks.critic_batch_shardings())
 
 
 def actor_step(networks: Networks, tx, critic_tx, learner: LearnerConfig, *option_configs,
-               with_target: bool = False) -> StepProgram:
+               with_target: bool = False, packed: bool = False) -> StepProgram:
     """The actor step with the online critic's advantage (its loss from ``learner.actor_loss``, its
-    log-probs under ``learner.distribution``: the one the actions were sampled from), compiled."""
-    step = functools.partial(archer.actor_step, networks.actor_graphdef, networks.critic_graphdef, tx, learner.actor_loss,
+    log-probs under ``learner.distribution``: the one the actions were sampled from), compiled;
+    ``packed``: on packed batches (micro-batches of whole groups)."""
+    step = functools.partial(archer.packed_actor_step if packed else archer.actor_step, networks.actor_graphdef,
+                             networks.critic_graphdef, tx, learner.actor_loss,
                              loss_options=loss_options(learner, *option_configs), distribution=learner.distribution,
                              center_advantage=learner.center_advantage)
-    return networks.compile_step(step, networks.actor_shardings(tx, with_target), networks.critic_shardings(critic_tx).params,
-                                 networks.actor_batch_shardings())
+    shardings = networks.actor_shardings(tx, with_target), networks.critic_shardings(critic_tx).params
+    if packed:
+        return networks.compile_step(step, *shardings, packed_batches.actor_batch_shardings(networks.batch_sharding),
+                                     micro_batch_size=packed_micro_batches(networks))
+    return networks.compile_step(step, *shardings, networks.actor_batch_shardings())
 
 
 def init_critic(agent: Agent, params=None, target=None):
@@ -99,7 +111,7 @@ def init_critic(agent: Agent, params=None, target=None):
 
 
 def critic_groups(networks: Networks, transitions: int) -> int:
-    """The groups a packed critic batch of ``transitions`` is cut in (:func:`packed_batches.group_count`)."""
+    """The groups a packed critic or actor batch of ``transitions`` is cut in (:func:`packed_batches.group_count`)."""
     return packed_batches.group_count(transitions, shd.batch_size_multiple(networks.mesh), networks.micro_batch_size,
                                       networks.micro_batch_limit)
 
@@ -116,9 +128,12 @@ def critic_program(agent: Agent) -> Program:
 def critic_and_actor_programs(agent: Agent, iterations: int) -> list[Program]:
     """The critic step ``critic_steps`` times an iteration, the actor step ``actor_steps`` times after the warm-up."""
     c = agent.config
+    packed = getattr(agent, "packed_actor", False)
     return [critic_program(agent),
             Program("actor_step", agent.actor_step,
-                    lambda s, rows: (agent.abstract_actor(), agent.abstract_critic().params, s.actor_batch(rows)),
+                    lambda s, rows: (agent.abstract_actor(), agent.abstract_critic().params,
+                                     s.packed_actor_batch(rows, critic_groups(s.networks, rows)) if packed
+                                     else s.actor_batch(rows)),
                     after_warmup(c.actor_steps, c.warmup_iter, iterations))]
 
 
@@ -143,7 +158,8 @@ def actor_phase(agent: Agent, states: States, replay: ReplayBuffer, iteration: i
     for step in range(agent.config.actor_steps):
         sample = replay.sample(parts.batch)
         key = parts.key_for(ACTOR, iteration, step)
-        batch = parts.acting.actor_batch(agent.policy(States(actor, states.critic)), sample, key)
+        groups = critic_groups(agent.networks, parts.batch) if agent.packed_actor else None
+        batch = parts.acting.actor_batch(agent.policy(States(actor, states.critic)), sample, key, groups=groups)
         actor, metrics = agent.actor_step(actor, states.critic.params, batch)
         parts.metrics.add("actor", metrics)
     return States(actor, states.critic)
@@ -168,7 +184,9 @@ class ArCHer(Agent):
     def __init__(self, parts, config: Config):
         super().__init__(parts, config)
         self.critic_step = critic_step(self.networks, self.critic_tx, config.learner)
-        self.actor_step = actor_step(self.networks, self.actor_tx, self.critic_tx, config.learner)
+        self.packed_actor = config.learner.pack_actor
+        self.actor_step = actor_step(self.networks, self.actor_tx, self.critic_tx, config.learner,
+                                     packed=self.packed_actor)
 
     @classmethod
     def actor_waits_for_warmup(cls, config: Config) -> bool:

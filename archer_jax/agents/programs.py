@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from archer_jax.learners.batches import ActorBatch, BCBatch, CriticBatch
 from archer_jax.learners.networks import Networks
-from archer_jax.learners.packed_batches import PackedCriticBatch, PackedTokens, row_bucket
+from archer_jax.learners.packed_batches import PackedActorBatch, PackedCriticBatch, PackedTokens, row_bucket
 from archer_jax.learners.step_program import StepProgram
 from archer_jax.models.tokenizer import Tokens
 
@@ -65,6 +65,21 @@ class InputShapes:
 
         vector = jax.ShapeDtypeStruct((groups, per), jnp.float32, sharding=self.networks.batch_sharding(2))
         return PackedCriticBatch(packed(per, per + actions), packed(2 * per, 2 * per + actions), vector, vector)
+
+    def packed_actor_batch(self, rows: int, groups: int) -> PackedActorBatch:
+        """A packed actor batch at the longest buckets (``rows`` transitions in ``groups``): each
+        observation + a_π a policy row of its own; the critic's as :meth:`packed_critic_batch`'s."""
+        per = rows // groups
+        actions = -(-per * self.critic_action // self.critic)
+
+        def leaf(shape, dtype=jnp.int32):
+            return jax.ShapeDtypeStruct(shape, dtype, sharding=self.networks.batch_sharding(len(shape)))
+
+        length = self.prompt + self.action
+        policy = PackedTokens(*(leaf((groups, row_bucket(per), length)),) * 3, leaf((groups, per, 2)))
+        critic = PackedTokens(*(leaf((groups, row_bucket(per + actions), self.critic)),) * 3, leaf((groups, 2 * per, 2)))
+        action = leaf((groups, per, self.action))
+        return PackedActorBatch(policy, leaf((groups, per)), Tokens(action, action), critic)
 
     def actor_batch(self, rows: int) -> ActorBatch:
         return ActorBatch(self.tokens(rows, self.prompt), self.tokens(rows, self.action),

@@ -4,6 +4,7 @@ sampler, envs): for benchmarks, tests and plans that compile or time steps on mo
     steps = Steps(actor, critic, LearnerConfig(critic_lr=1e-4), mesh=mesh)
     critic, metrics = steps.critic_step(steps.init_critic(), batch)   # a padded CriticBatch
     critic, metrics = steps.packed_critic_step(critic, packed)       # a PackedCriticBatch
+    actor, metrics = steps.packed_actor_step(actor, critic.params, packed_actor)  # a PackedActorBatch
     compiled = steps.programs()["actor_step"].lower(*abstract_args).compile()
 
 Each step is built by its agent's own builder (:func:`archer_jax.agents.archer.critic_step`,
@@ -57,7 +58,9 @@ class Steps:
                                   packed_critic_step=archer.critic_step(n, self.critic_tx, packed),
                                   iql_critic_step=offline_archer.iql_critic_step(n, self.critic_tx, config, iql),
                                   actor_step=archer.actor_step(n, self.actor_tx, self.critic_tx, config, iql,
-                                                               with_target=with_target))
+                                                               with_target=with_target),
+                                  packed_actor_step=archer.actor_step(n, self.actor_tx, self.critic_tx, config, iql,
+                                                                      with_target=with_target, packed=True))
         if ppo is not None:
             self._programs["ppo_step"] = ppo_agent.compile_ppo_step(n, self.actor_tx, ppo, config.distribution)
             self._token_stats = ppo_agent.compile_token_stats(n, config.distribution)

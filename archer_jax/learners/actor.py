@@ -38,6 +38,25 @@ def action_hidden(model: nnx.Module, observation: Tokens, action: Tokens) -> Arr
     return out.hidden_state[:, obs_len - 1 : obs_len - 1 + act_len]
 
 
+def packed_action_hidden(model: nnx.Module, packed, prompt_length: Array, action_length: int) -> Array:
+    """:func:`action_hidden` for sequences ``observation + action`` packed several to a row by group
+    (:class:`~archer_jax.learners.packed_batches.PackedTokens`, ``[groups, rows, length]``), with
+    ``prompt_length`` (``[groups, sequences]``) each observation's tokens: ``[groups * sequences,
+    action_length, embed]``, group by group in input order. Positions past a sequence's end
+    (an action shorter than ``action_length``) read its row's last column; their mask is 0."""
+    groups, rows, length = packed.ids.shape
+    flat = lambda a: a.reshape(groups * rows, length)  # noqa: E731
+    h = model(flat(packed.ids), segment_ids=flat(packed.segments), position_ids=flat(packed.positions),
+              return_logits=False).hidden_state
+    h = h.reshape(groups, rows, length, h.shape[-1])
+    # The hidden state at a sequence's column c predicts its token c + 1: the action's from the
+    # observation's last token on.
+    columns = packed.starts[..., 1, None] + prompt_length[..., None] - 1 + jnp.arange(action_length)
+    columns = jnp.minimum(columns, length - 1)  # [groups, sequences, action_length]
+    hidden = jax.vmap(lambda hg, r, c: hg[r[:, None], c])(h, packed.starts[..., 0], columns)
+    return hidden.reshape(-1, action_length, hidden.shape[-1])
+
+
 def action_logprobs(policy: nnx.Module, observation: Tokens, action: Tokens,
                     distribution: TokenDistribution = TokenDistribution()) -> tuple[Array, Array]:
     """Per-token ``log q(a_t | s, a_<t)`` (``[batch, action_len]``, 0 at padding) and the final
@@ -103,4 +122,15 @@ class Actor(nnx.Module):
         logprobs, hidden = action_logprobs(self.policy, observation, action, distribution)
         if isinstance(self.baseline, ValueModel):
             return logprobs, self.baseline(observation, action)
+        return logprobs, None if self.baseline is None else self.baseline(hidden)
+
+    def packed(self, sequences, prompt_length: Array, action: Tokens,
+               distribution: TokenDistribution = TokenDistribution()) -> tuple[Array, Array | None]:
+        """:meth:`__call__` on ``observation + action`` sequences packed by group
+        (:func:`packed_action_hidden`); ``action`` (``[groups * sequences, action_len]``) the same
+        actions right-padded, for their ids and mask. Not with a separate value model."""
+        if isinstance(self.baseline, ValueModel):
+            raise ValueError("a separate value model (PPO's value_head='separate') takes padded batches")
+        hidden = packed_action_hidden(self.policy, sequences, prompt_length, action.ids.shape[-1])
+        logprobs = token_logprobs(self.policy.lm_logits(hidden), action.ids, distribution) * action.mask
         return logprobs, None if self.baseline is None else self.baseline(hidden)

@@ -26,7 +26,7 @@ from flax import nnx
 from archer_jax.learners import actor_losses, losses
 from archer_jax.learners.batches import ActorBatch, CriticBatch
 from archer_jax.learners.critic import CriticValues
-from archer_jax.learners.packed_batches import PackedCriticBatch
+from archer_jax.learners.packed_batches import PackedActorBatch, PackedCriticBatch
 from archer_jax.learners.optimization import (accumulate_gradients, adam_update, keep_if_finite, polyak,
                                              split_micro_batches, summarize)
 from archer_jax.learners.train_state import TrainState, merged
@@ -76,6 +76,19 @@ def utterance_advantage(graphdef: nnx.GraphDef, params: nnx.State, observation: 
     return advantage(nnx.merge(graphdef, params)(observation, action))
 
 
+def split(e: Array, parts: int) -> list[Array]:
+    """Packed embeddings ``[groups, parts * n, d]`` (each group's sequences: ``parts`` runs of
+    ``n``) as ``parts`` arrays ``[groups * n, d]``, group by group."""
+    n = e.shape[1] // parts
+    return [e[:, i * n:(i + 1) * n].reshape(-1, e.shape[-1]) for i in range(parts)]
+
+
+def packed_advantage(critic, packed) -> Array:
+    """:func:`advantage` of a packed ``(s, a)`` batch (each group's s, then its a): ``[groups * n]``."""
+    e_s, e_a = split(critic.embed_groups(packed), 2)
+    return advantage(CriticValues(*critic.q_values(e_s, e_a), *critic.v_values(e_s)))
+
+
 def critic_step(
     graphdef: nnx.GraphDef,
     tx: optax.GradientTransformation,
@@ -113,10 +126,6 @@ def packed_critic_step(
     """:func:`critic_step` on a packed batch (:mod:`archer_jax.learners.packed_batches`): the same
     loss, with each encoder's sequences packed several to a row; micro-batches are whole groups."""
     target = nnx.merge(graphdef, state.target)
-
-    def split(e: Array, parts: int) -> list[Array]:  # [groups, parts * n, d] -> parts x [groups * n, d]
-        n = e.shape[1] // parts
-        return [e[:, i * n:(i + 1) * n].reshape(-1, e.shape[-1]) for i in range(parts)]
 
     def loss_fn(params: nnx.State, b: PackedCriticBatch):
         critic = nnx.merge(graphdef, params)
@@ -185,10 +194,56 @@ def actor_step(
         mask = b.action.mask.astype(jnp.float32)
         return actor_loss(actor_losses.PolicyTerms(adv, token_logprobs, mask, baseline, token_count), **options)
 
+    return actor_update(tx, state, batch, loss_fn, micro_batches)
+
+
+def packed_actor_step(
+    graphdef: nnx.GraphDef,
+    critic_graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    loss_name: str,
+    state: TrainState,
+    critic_params: nnx.State,
+    batch: PackedActorBatch,
+    *,
+    micro_batches: int = 1,
+    loss_options: tuple[tuple[str, float], ...] = (),
+    distribution: TokenDistribution = TokenDistribution(),
+    center_advantage: bool = False,
+) -> tuple[TrainState, dict[str, Array]]:
+    """:func:`actor_step` on a packed batch (:class:`~archer_jax.learners.packed_batches.PackedActorBatch`):
+    the same loss, with the policy's ``s + a_π`` and the critic's s and a_π packed several to a
+    row; micro-batches are whole groups."""
+    critic = nnx.merge(critic_graphdef, critic_params)
+    actor_loss = actor_losses.get_actor_loss(loss_name)
+    options = dict(loss_options)
+    token_count = jnp.maximum(jnp.sum(batch.action.mask).astype(jnp.float32), 1.0) / micro_batches
+    mean_advantage = 0.0
+    if center_advantage:
+        sums = jax.lax.map(lambda b: jnp.sum(packed_advantage(critic, b.critic)),
+                           split_micro_batches(batch, micro_batches))
+        mean_advantage = jnp.sum(sums) / batch.prompt_length.size
+
+    def loss_fn(params: nnx.State, b: PackedActorBatch):
+        adv = packed_advantage(critic, b.critic) - mean_advantage  # min Q(s, a_π) - min V(s)
+        action = Tokens(*(x.reshape(-1, x.shape[-1]) for x in b.action))
+        token_logprobs, baseline = merged(graphdef, params, state.frozen, state.step).packed(
+            b.policy, b.prompt_length, action, distribution)
+        return actor_loss(actor_losses.PolicyTerms(adv, token_logprobs, action.mask.astype(jnp.float32), baseline,
+                                                   token_count), **options)
+
+    return actor_update(tx, state, batch, loss_fn, micro_batches)
+
+
+def actor_update(tx: optax.GradientTransformation, state: TrainState, batch, loss_fn,
+                 micro_batches: int) -> tuple[TrainState, dict[str, Array]]:
+    """What every actor step shares once its loss is given: gradients over the scanned
+    micro-batches, Adam, the non-finite guard and the metrics."""
     grads, loss, aux = accumulate_gradients(loss_fn, state.params, batch, micro_batches)
     params, opt_state = adam_update(state, tx, grads)
     state, metrics = keep_if_finite(state, state._replace(params=params, opt_state=opt_state, step=state.step + 1), loss, grads)
+    action_tokens = jnp.sum(batch.action.mask, axis=-1).reshape(-1)
     metrics.update(loss=loss, **summarize("advantage", aux["advantage"]), **summarize("action_logprob", aux["action_logprob"]),
-                   **summarize("action_tokens", jnp.sum(batch.action.mask, axis=-1)))
+                   **summarize("action_tokens", action_tokens))
     metrics.update({k: jnp.mean(v) for k, v in aux.items() if k not in ("advantage", "action_logprob")})
     return state, metrics

@@ -46,6 +46,10 @@ class LearnerConfig:
         True, "the TD critic steps (ArCHer, CHAI, PPO's archer_hierarchical): pack each step's sequences several to a "
         "row, at their real lengths (false: pad each to the batch's longest)",
         official="— (the official code pads)")
+    pack_actor: bool = key(
+        True, "online ArCHer's actor steps: pack each step's policy s + a_π and critic s, a_π several to a row, at "
+        "their real lengths (false: pad each to the batch's longest)",
+        official="— (the official code pads)")
     # A baseline for what the critic's Q and V have in common, e.g. the V head's lag behind the
     # target Q it learns from.
     center_advantage: bool = key(

@@ -29,7 +29,7 @@ from jax.sharding import Sharding
 
 from archer_jax.learners.micro_batching import parse_micro_batch_size
 from archer_jax.models.packing import pack
-from archer_jax.models.tokenizer import bucket_length, next_power_of_two
+from archer_jax.models.tokenizer import Tokens, bucket_length, next_power_of_two
 
 Array = jax.Array
 
@@ -49,6 +49,7 @@ class PackedCriticBatch(NamedTuple):
     """Transitions ``(s, a, r, s', terminal)`` and a fresh ``a_π``, packed by group (see the module docstring)."""
 
     unit = "groups"  # what the step's micro-batches are counted in (its log line)
+    switch = "pack_critic"  # the learner key that turns packing off
 
     online: PackedTokens  # per group: its transitions' s, then their a
     target: PackedTokens  # per group: s, then s', then a_π
@@ -138,3 +139,63 @@ def packed_critic_batch(
                              packed_groups(target, pad_id, max_length=max_length, length=length),
                              np.asarray(rewards, np.float32).reshape(groups, per),
                              np.asarray(terminals, np.float32).reshape(groups, per))
+
+
+class PackedActorBatch(NamedTuple):
+    """An actor batch (:class:`~archer_jax.learners.batches.ActorBatch`) packed by group: each
+    observation followed by its ``a_π`` as one policy sequence, and the critic's s and a_π."""
+
+    unit = "groups"  # what the step's micro-batches are counted in (its log line)
+    switch = "pack_actor"  # the learner key that turns packing off
+
+    policy: PackedTokens  # per group: each transition's observation + a_π, in policy ids
+    prompt_length: Array  # [groups, transitions per group] int32: the observation's tokens in each
+    action: Tokens  # [groups, transitions per group, action length]: a_π right-padded, its mask
+    critic: PackedTokens  # per group: the critic's s of each transition, then its a_π
+
+    def describe(self) -> str:
+        """The shape in the step's log line: rows of each pack and their length."""
+        return (f"packed policy rows {self.policy.ids.shape[1]} of {self.policy.ids.shape[2]} tokens, critic rows "
+                f"{self.critic.ids.shape[1]} of {self.critic.ids.shape[2]}")
+
+
+def actor_batch_shardings(batch_sharding: Callable[[int], Sharding]) -> PackedActorBatch:
+    """A packed actor batch's shardings: its groups over the mesh's batch axes."""
+    packed, tokens = PackedTokens(*(batch_sharding(3),) * 4), Tokens(batch_sharding(3), batch_sharding(3))
+    return PackedActorBatch(packed, batch_sharding(2), tokens, packed)
+
+
+def packed_actor_batch(
+    policy_pad_id: int,
+    critic_pad_id: int,
+    prompts: Sequence[np.ndarray],
+    actions: Sequence[np.ndarray],
+    critic_observations: Sequence[np.ndarray],
+    critic_actions: Sequence[np.ndarray],
+    *,
+    prompt_limit: int,
+    action_length: int,
+    groups: int = 1,
+    max_length: int = 512,
+) -> PackedActorBatch:
+    """The rows of an actor batch (policy prompts, each cut to its last ``prompt_limit`` tokens as
+    the sampler cuts it; sampled ``a_π`` ids of at most ``action_length``; the critic's s and a_π,
+    cut to ``max_length``) packed in ``groups`` equal runs of transitions."""
+    n = len(prompts)
+    if n == 0 or n % groups:
+        raise ValueError(f"{n} transitions do not cut into {groups} equal groups (the mesh's batch axes)")
+    if any(len(a) > action_length for a in actions):
+        raise ValueError(f"an a_π has more than action_length={action_length} tokens")
+    prompts = [np.asarray(p, np.int32)[-prompt_limit:] for p in prompts]
+    per = n // groups
+    runs = [slice(g * per, (g + 1) * per) for g in range(groups)]
+    sequences = [[np.concatenate([p, np.asarray(a, np.int32)]) for p, a in zip(prompts[r], actions[r])] for r in runs]
+    critic = [[*critic_observations[r], *critic_actions[r]] for r in runs]
+    ids = np.full((n, action_length), policy_pad_id, np.int32)
+    mask = np.zeros((n, action_length), np.int32)
+    for i, a in enumerate(actions):
+        ids[i, :len(a)], mask[i, :len(a)] = a, 1
+    return PackedActorBatch(packed_groups(sequences, policy_pad_id, max_length=prompt_limit + action_length),
+                            np.array([len(p) for p in prompts], np.int32).reshape(groups, per),
+                            Tokens(ids.reshape(groups, per, -1), mask.reshape(groups, per, -1)),
+                            packed_groups(critic, critic_pad_id, max_length=max_length))

@@ -213,7 +213,8 @@ class StepProgram:
                 return Layout(smallest, rows // smallest, needs[smallest], free)
             unit = getattr(args[-1], "unit", "transitions")
             packed = ("" if unit == "transitions" else ", fix config.learner.micro_batch_size (a packed step's "
-                      "micro-batches then pack their own transitions) or set config.learner.pack_critic=false")
+                      f"micro-batches then pack their own transitions) or set config.learner."
+                      f"{getattr(args[-1], 'switch', 'pack_critic')}=false")
             raise TrainingError(
                 f"{self.name}: micro-batches of {smallest} {unit} ({_describe(args[-1])}) need "
                 f"{size_text(needs[smallest])} per device, {size_text(free)} free: set config.model.remat "

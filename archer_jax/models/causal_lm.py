@@ -63,15 +63,20 @@ class AttentionInputs(NamedTuple):
     positions: Array  # [batch, len] int32: each token's position (real tokens before it)
     valid: Array  # [batch, slots] bool: slots that hold a real token
     query_slots: Array  # [len] int32: the slot of each query
+    segments: Array | None = None  # [batch, len] int32 for packed rows: 1, 2, ... per sequence; 0 = padding
 
     def mask(self, window: int | None = None) -> Array:
         """``[batch, 1, len, slots]``: a query may attend to real tokens at or before its slot, and
-        with ``window`` only to the last ``window`` slots (sliding-window attention)."""
+        with ``window`` only to the last ``window`` slots (sliding-window attention); in packed
+        rows only to tokens of its own sequence."""
         slots = jnp.arange(self.valid.shape[1])[None, :]
         allowed = slots <= self.query_slots[:, None]
         if window is not None:
             allowed &= slots > self.query_slots[:, None] - window
-        return self.valid[:, None, None, :] & allowed[None, None]
+        mask = self.valid[:, None, None, :] & allowed[None, None]
+        if self.segments is not None:
+            mask &= (self.segments[:, :, None] == self.segments[:, None, :])[:, None]
+        return mask
 
 
 def attention_inputs(
@@ -80,14 +85,24 @@ def attention_inputs(
     cache: Sequence[KVCache] | None,
     cache_index: Array | int,
     position_ids: Array | None = None,
+    segment_ids: Array | None = None,
 ) -> AttentionInputs:
     """Positions and masks of a call (see the module docstring), with the shape checks.
 
     Positions are counted from the mask, so each row's first real token has position 0 whatever
     its left padding. Windows count slots; a row's real tokens occupy consecutive slots (left
     padding, then the tokens generated after them), so that is also the distance in positions.
+    ``segment_ids`` (packed rows, :mod:`archer_jax.models.packing`; no cache) number the sequences
+    of each row, 0 on padding: each attends only within itself, at the given ``position_ids``.
     """
     batch, length = input_ids.shape
+    if segment_ids is not None:
+        if cache is not None or attention_mask is not None or position_ids is None:
+            raise ValueError("segment_ids (packed rows) take position_ids, and neither a cache nor an attention_mask")
+        if segment_ids.shape != (batch, length) or position_ids.shape != (batch, length):
+            raise ValueError(f"segment_ids {segment_ids.shape} and position_ids {position_ids.shape} must both be "
+                             f"{(batch, length)}")
+        return AttentionInputs(position_ids, segment_ids > 0, jnp.arange(length), segment_ids)
     slots = length if cache is None else cache[0].key.shape[2]
     if attention_mask is None:
         if cache is not None:
@@ -155,6 +170,7 @@ class CausalLM(nnx.Module):
         attention_mask: Array | None = None,
         *,
         position_ids: Array | None = None,
+        segment_ids: Array | None = None,
         cache: tuple[KVCache, ...] | None = None,
         cache_index: Array | int = 0,
         return_logits: bool = True,
@@ -165,13 +181,16 @@ class CausalLM(nnx.Module):
           attention_mask: 1 for real tokens, 0 for padding; ``[batch, len]`` without a cache,
             ``[batch, slots]`` with one. Defaults to all ones (no cache only).
           position_ids: defaults to (number of real tokens before each position).
+          segment_ids: for rows that pack several sequences (``[batch, len]``: 1, 2, ... per
+            sequence, 0 on padding; with ``position_ids``, no ``attention_mask`` and no cache):
+            each sequence attends only within itself.
           cache: from :func:`init_cache` or a previous call; the returned output carries the
             updated cache.
           cache_index: the cache slot of ``input_ids[:, 0]``.
           return_logits: False skips the LM head (``logits`` is None); apply :meth:`lm_logits`
             to the hidden states that need it, e.g. the last position when sampling.
         """
-        inputs = attention_inputs(input_ids, attention_mask, cache, cache_index, position_ids)
+        inputs = attention_inputs(input_ids, attention_mask, cache, cache_index, position_ids, segment_ids)
         x = self.embed_inputs(input_ids, inputs)
         x, new_cache = run_layers(getattr(self, self.PARTS["layers"]), x, self.layer_call(inputs, cache_index), cache,
                                   self.remat)

@@ -8,6 +8,7 @@ from flax import nnx
 
 from archer_jax import models
 from archer_jax.models import attention, layers
+from archer_jax.models.packing import pack
 from tests import hf_reference as ref
 
 torch = ref.torch
@@ -144,3 +145,22 @@ def test_init_cache_rejects_more_slots_than_positions():
     config = models.GPT2Config(n_positions=16, n_layer=1, n_embd=8, n_head=2, vocab_size=10)
     with pytest.raises(ValueError, match="exceeds the model.s 16 positions"):
         models.init_cache(config, 1, 17)
+
+
+def test_packed_rows_match_hugging_face_per_sequence(tmp_path):
+    """Sequences packed several to a row (segment ids, positions restarting at 0) give each
+    sequence Hugging Face's logits of it alone."""
+    hf = ref.gpt2(seed=3)
+    ours = models.load_gpt2(ref.save(hf, tmp_path / "m", "safetensors"))
+    ids, mask = ref.padded_batch(LENGTHS, 12, "right", pad_id=0)
+    expected = ref.gpt2_logits(hf, ids, mask)
+    packed = pack([row[m == 1] for row, m in zip(ids, mask)], 0, max_length=16)
+    assert packed.ids.shape[0] < len(LENGTHS)  # sequences share rows
+    out = np.asarray(ours(jnp.asarray(packed.ids), segment_ids=jnp.asarray(packed.segments),
+                          position_ids=jnp.asarray(packed.positions)).logits)
+    for i, n in enumerate(LENGTHS):
+        r, c = packed.starts[i]
+        assert ref.max_abs_error(out[r, c:c + n], expected[i, :n]) < 1e-4
+    with pytest.raises(ValueError, match="segment_ids"):
+        ours(jnp.asarray(packed.ids), jnp.ones(packed.ids.shape, jnp.int32), segment_ids=jnp.asarray(packed.segments),
+             position_ids=jnp.asarray(packed.positions))

@@ -9,6 +9,7 @@ from flax import nnx
 from archer_jax import models
 from archer_jax.models import layers
 from archer_jax.models.llama import LlamaConfig
+from archer_jax.models.packing import pack
 from archer_jax.models.rope import RopeScaling, inverse_frequencies
 from archer_jax.runtime import sharding
 from tests import hf_reference as ref
@@ -173,3 +174,18 @@ def test_bad_configs_give_one_line_errors(tmp_path):
     hf.save_pretrained(tmp_path)
     with pytest.raises(models.ModelLoadError, match="describes a 'llama' model, not 'gpt2'"):
         models.load_gpt2(tmp_path)
+
+
+def test_packed_rows_match_hugging_face_per_sequence(pair):
+    """Sequences packed several to a row (segment ids, positions restarting at 0) give each
+    sequence Hugging Face's logits of it alone: no attention across sequences, windows within one."""
+    _, hf, ours, _ = pair
+    ids, mask = ref.padded_batch(LENGTHS, 16, "right", pad_id=0)
+    expected = ref.causal_logits(hf, ids, mask)
+    packed = pack([row[m == 1] for row, m in zip(ids, mask)], 0, max_length=16)
+    assert packed.ids.shape[0] < len(LENGTHS)  # two sequences share a row
+    out = np.asarray(ours(jnp.asarray(packed.ids), segment_ids=jnp.asarray(packed.segments),
+                          position_ids=jnp.asarray(packed.positions)).logits)
+    for i, n in enumerate(LENGTHS):
+        r, c = packed.starts[i]
+        assert ref.relative_error(out[r, c:c + n], expected[i, :n]) < 1e-4
