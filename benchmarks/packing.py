@@ -112,12 +112,12 @@ def bench_actor(size: str, transitions: int, steps: int, micro: int | str) -> li
                                          action_length=new, groups=groups, max_length=d["limit"]))
         real.append(sum(len(r) for r in prompts + actions + d["observation"] + d["pi_action"]))
     rows = []
-    actor, critic = steps_.init_actor(), steps_.init_critic()
+    critic = steps_.init_critic()
     for name, step, data in (("padded", steps_.actor_step, padded), ("packed", steps_.packed_actor_step, packed)):
         positions = [(b.observation.ids.size + b.action.ids.size + b.critic_observation.ids.size
                       + b.critic_action.ids.size) if name == "padded" else (b.policy.ids.size + b.critic.ids.size)
                      for b in data]
-        first, times, _ = timed(lambda state, batch: step(state, critic.params, batch), actor, data)
+        first, times, _ = timed(lambda state, batch: step(state, critic.params, batch), steps_.init_actor(), data)
         rows.append(dict(size=size, step="actor", layout=name, transitions=transitions,
                          groups=groups if name == "packed" else None, first_call_s=first,
                          step_s=statistics.median(times), steps=len(times),

@@ -1,9 +1,11 @@
-"""Critic batches at their real lengths: a step's sequences packed several to a row.
+"""Critic and actor batches at their real lengths: a step's sequences packed several to a row.
 
     batch = packed_critic_batch(tokenizer, obs, act, next_obs, pi_act, rewards, terminals, groups=1)
     batch.online.ids    # [groups, rows, length]: each group's observations, then its actions
     batch.target.ids    # [groups, rows, length]: observations, next observations, then a_π
     batch.reward        # [groups, transitions per group]
+    actor = packed_actor_batch(policy_pad, critic_pad, prompts, pi_ids, critic_obs, critic_pi, ...)
+    actor.policy.ids    # [groups, rows, length]: each observation followed by its a_π, policy ids
 
 A padded critic batch (:class:`~archer_jax.learners.batches.CriticBatch`) pads every row to the
 bucket of the batch's longest: with 20-turn games in the buffer most of its positions hold no
@@ -15,7 +17,9 @@ The transitions are cut into ``groups`` equal runs, in order, each packed into r
 with the groups split over the mesh's batch axes, every device encodes and gathers only its own
 sequences, and micro-batches are whole groups (:func:`group_count`). Both packs share one row length, the
 bucket of the step's longest sequence, and their row counts are rounded up on a ladder
-(:func:`row_bucket`), so a run compiles a few shapes.
+(:func:`row_bucket`), so a run compiles a few shapes. An actor batch
+(:class:`PackedActorBatch`) packs the policy's ``s + a_π`` sequences, whose hidden states the
+step gathers at the action's positions, and the critic's s and a_π, in the same groups.
 """
 
 from __future__ import annotations

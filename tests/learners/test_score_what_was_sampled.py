@@ -54,14 +54,17 @@ def setup(tiny_dirs, tokenizers):
     return Sampler(_policy(tiny_dirs), tokenizers[0]), critic
 
 
-def sampled_batches(setup, tokenizers, sampling: SamplingParams, seed: int = 7):
-    """``STEPS`` actor batches of ``ROWS`` fresh a_π each, as a run lays them out."""
+def sampled_batches(setup, tokenizers, sampling: SamplingParams, seed: int = 7, packed: bool = False):
+    """``STEPS`` actor batches of ``ROWS`` fresh a_π each, as a run lays them out (``packed``: as
+    online ArCHer's run with ``learner.pack_actor``, one group)."""
     sampler, _ = setup
     observations = [OBSERVATIONS[i % len(OBSERVATIONS)] for i in range(STEPS * ROWS)]
     rows, _ = acting.sampled_actor_rows(
         sampler, tokenizers[1], token_rows(tokenizers[0], observations, max_length=sampler.prompt_limit(sampling)),
         token_rows(tokenizers[1], observations, max_length=512), jax.random.key(seed), sampling)
     cut = lambda k: acting.ActorRows(*(x[k * ROWS:(k + 1) * ROWS] for x in rows))  # noqa: E731
+    if packed:
+        return [acting.packed_actor_rows(cut(k), sampler, tokenizers[1], sampling, 1) for k in range(STEPS)]
     # One critic bucket for every batch (a_π's critic tokens fit 32): one compiled step.
     return [acting.actor_batch_of(cut(k), sampler, tokenizers[1], sampling, min_action_bucket=32) for k in range(STEPS)]
 
@@ -78,12 +81,13 @@ def gradient_statistic(step, state, batches, *args) -> tuple[float, float]:
     return values.mean(), values.std(ddof=1) / np.sqrt(len(values))
 
 
-def archer_statistic(tiny_dirs, setup, batches, scored: TokenDistribution) -> float:
-    """z of ArCHer's compiled actor step's mean gradient under a constant advantage."""
+def archer_statistic(tiny_dirs, setup, batches, scored: TokenDistribution, packed: bool = False) -> float:
+    """z of ArCHer's compiled actor step's mean gradient under a constant advantage (``packed``: its
+    packed step, on packed batches)."""
     actor = learners.Actor(_policy(tiny_dirs), rngs=nnx.Rngs(0))
     networks = Networks(actor, setup[1], matmul_precision="highest")
     tx, critic_tx = optax.sgd(1.0), train_state.optimizer(1e-4, 1.0)
-    step = archer_agent.actor_step(networks, tx, critic_tx, LearnerConfig(distribution=scored))
+    step = archer_agent.actor_step(networks, tx, critic_tx, LearnerConfig(distribution=scored), packed=packed)
     mean, error = gradient_statistic(step, networks.init_actor(tx), batches, networks.init_critic(critic_tx).params)
     return mean / error
 
@@ -113,12 +117,15 @@ def sampling_at(temperature: float, top_p: float) -> SamplingParams:
 @pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
 def test_a_constant_advantage_moves_no_policy_at_the_tiny_presets_sampling(tiny_dirs, tokenizers, setup):
     """At temperature 0.7 and top_p 0.9 (the tiny presets'): ArCHer's actor step has mean gradient 0
-    within 4 standard errors. Scored as it was before (at temperature 1, no nucleus) the same
-    samples push the policy's scale by more than 10 standard errors."""
+    within 4 standard errors, padded and packed (a run's default). Scored as it was before (at
+    temperature 1, no nucleus) the same samples push the policy's scale by more than 10 standard
+    errors."""
     sampling = sampling_at(0.7, 0.9)
     batches = sampled_batches(setup, tokenizers, sampling)
     assert abs(archer_statistic(tiny_dirs, setup, batches, sampling.distribution)) < 4
     assert abs(archer_statistic(tiny_dirs, setup, batches, TokenDistribution())) > 10
+    packed = sampled_batches(setup, tokenizers, sampling, packed=True)
+    assert abs(archer_statistic(tiny_dirs, setup, packed, sampling.distribution, packed=True)) < 4
 
 
 @pytest.mark.slow

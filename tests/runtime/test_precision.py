@@ -12,8 +12,8 @@ import pytest
 from archer_jax.config import validate
 from archer_jax import acting
 from archer_jax.agents import chai
-from archer_jax.learners.batches import ActorBatch, BCBatch
-from archer_jax.learners.packed_batches import PackedCriticBatch, PackedTokens
+from archer_jax.learners.batches import BCBatch
+from archer_jax.learners.packed_batches import PackedActorBatch, PackedCriticBatch, PackedTokens
 from archer_jax.models.tokenizer import Tokens
 from archer_jax.runtime import precision
 from archer_jax.runtime import sharding as shd
@@ -42,6 +42,16 @@ def packed_batch(groups, rows, length):
     return PackedCriticBatch(packed(2 * rows), packed(3 * rows), scalars, scalars)
 
 
+def packed_actor_batch(groups, rows, length):
+    """An abstract packed actor batch: ``rows`` transitions a group, one sequence a row."""
+    def spec(*shape):
+        return jax.ShapeDtypeStruct((groups, *shape), jnp.int32)
+
+    policy = PackedTokens(spec(rows, 2 * length), spec(rows, 2 * length), spec(rows, 2 * length), spec(rows, 2))
+    critic = PackedTokens(spec(2 * rows, length), spec(2 * rows, length), spec(2 * rows, length), spec(2 * rows, 2))
+    return PackedActorBatch(policy, spec(rows), Tokens(spec(rows, length), spec(rows, length)), critic)
+
+
 def token_spec(*shape):
     spec = jax.ShapeDtypeStruct(shape, jnp.int32)
     return Tokens(spec, spec)
@@ -66,7 +76,8 @@ def programs(request, tmp_path_factory):
             prefill=prefill,
             decode=decode,
             critic_step=steps["critic_step"].lower(states.critic, packed_batch(groups, 8 // groups, 16)),
-            actor_step=steps["actor_step"].lower(states.actor, states.critic.params, ActorBatch(obs, act, obs, act)),
+            actor_step=steps["actor_step"].lower(states.actor, states.critic.params,  # packed, as a run's
+                                                 packed_actor_batch(groups, 8 // groups, 16)),
             bc_step=steps["bc_step"].lower(states.actor, BCBatch(obs, act)),
             chai_scores=chai._q_values.lower(run.networks.critic_graphdef, states.critic.target, token_spec(8, 16),
                                                 token_spec(16, 16), 2, run.acting.sampler.matmul_precision),
