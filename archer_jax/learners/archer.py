@@ -18,6 +18,8 @@ transition), checked against NumPy re-derivations in ``tests/learners/test_losse
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -176,25 +178,12 @@ def actor_step(
     sampled from (a policy gradient on samples of ``q`` scored under another distribution moves
     the policy even where the advantage is constant). ``center_advantage``: each row's advantage
     less the mean over the step's whole batch (not each micro-batch's)."""
-    critic = nnx.merge(critic_graphdef, critic_params)
-    actor_loss = actor_losses.get_actor_loss(loss_name)
-    options = dict(loss_options)
-    # Token means are normalised by the step's tokens, not each micro-batch's own: the same loss
-    # whatever the layout.
-    token_count = jnp.maximum(jnp.sum(batch.action.mask).astype(jnp.float32), 1.0) / micro_batches
-    mean_advantage = 0.0
-    if center_advantage:  # over the step's batch, a micro-batch at a time (the critic pass again in the loss)
-        sums = jax.lax.map(lambda b: jnp.sum(advantage(critic(b.critic_observation, b.critic_action))),
-                           split_micro_batches(batch, micro_batches))
-        mean_advantage = jnp.sum(sums) / batch.action.mask.shape[0]
+    def score(module, b: ActorBatch) -> tuple[Array, Array | None, Array]:
+        return (*module(b.observation, b.action, distribution), b.action.mask)
 
-    def loss_fn(params: nnx.State, b: ActorBatch):
-        adv = advantage(critic(b.critic_observation, b.critic_action)) - mean_advantage  # min Q(s, a_π) - min V(s)
-        token_logprobs, baseline = merged(graphdef, params, state.frozen, state.step)(b.observation, b.action, distribution)
-        mask = b.action.mask.astype(jnp.float32)
-        return actor_loss(actor_losses.PolicyTerms(adv, token_logprobs, mask, baseline, token_count), **options)
-
-    return actor_update(tx, state, batch, loss_fn, micro_batches)
+    return policy_gradient_step(graphdef, critic_graphdef, tx, loss_name, state, critic_params, batch, micro_batches,
+                                loss_options, center_advantage,
+                                lambda critic, b: advantage(critic(b.critic_observation, b.critic_action)), score)
 
 
 def packed_actor_step(
@@ -214,22 +203,36 @@ def packed_actor_step(
     """:func:`actor_step` on a packed batch (:class:`~archer_jax.learners.packed_batches.PackedActorBatch`):
     the same loss, with the policy's ``s + a_π`` and the critic's s and a_π packed several to a
     row; micro-batches are whole groups."""
+    def score(module, b: PackedActorBatch) -> tuple[Array, Array | None, Array]:
+        action = Tokens(*(x.reshape(-1, x.shape[-1]) for x in b.action))
+        return (*module.packed(b.policy, b.prompt_length, action, distribution), action.mask)
+
+    return policy_gradient_step(graphdef, critic_graphdef, tx, loss_name, state, critic_params, batch, micro_batches,
+                                loss_options, center_advantage, lambda critic, b: packed_advantage(critic, b.critic), score)
+
+
+def policy_gradient_step(graphdef: nnx.GraphDef, critic_graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
+                         loss_name: str, state: TrainState, critic_params: nnx.State, batch, micro_batches: int,
+                         loss_options: tuple[tuple[str, float], ...], center_advantage: bool, advantage_of,
+                         score) -> tuple[TrainState, dict[str, Array]]:
+    """What the padded and packed actor steps share once their layout is given:
+    ``advantage_of(critic, micro_batch)`` (``[transitions]``, no gradient) and
+    ``score(actor, micro_batch) -> (token log-probs, baseline or None, action mask)``."""
     critic = nnx.merge(critic_graphdef, critic_params)
     actor_loss = actor_losses.get_actor_loss(loss_name)
     options = dict(loss_options)
+    # Token means are normalised by the step's tokens, not each micro-batch's own: the same loss
+    # whatever the layout.
     token_count = jnp.maximum(jnp.sum(batch.action.mask).astype(jnp.float32), 1.0) / micro_batches
     mean_advantage = 0.0
-    if center_advantage:
-        sums = jax.lax.map(lambda b: jnp.sum(packed_advantage(critic, b.critic)),
-                           split_micro_batches(batch, micro_batches))
-        mean_advantage = jnp.sum(sums) / batch.prompt_length.size
+    if center_advantage:  # over the step's batch, a micro-batch at a time (the critic pass again in the loss)
+        sums = jax.lax.map(lambda b: jnp.sum(advantage_of(critic, b)), split_micro_batches(batch, micro_batches))
+        mean_advantage = jnp.sum(sums) / math.prod(batch.action.mask.shape[:-1])
 
-    def loss_fn(params: nnx.State, b: PackedActorBatch):
-        adv = packed_advantage(critic, b.critic) - mean_advantage  # min Q(s, a_π) - min V(s)
-        action = Tokens(*(x.reshape(-1, x.shape[-1]) for x in b.action))
-        token_logprobs, baseline = merged(graphdef, params, state.frozen, state.step).packed(
-            b.policy, b.prompt_length, action, distribution)
-        return actor_loss(actor_losses.PolicyTerms(adv, token_logprobs, action.mask.astype(jnp.float32), baseline,
+    def loss_fn(params: nnx.State, b):
+        adv = advantage_of(critic, b) - mean_advantage  # min Q(s, a_π) - min V(s)
+        token_logprobs, baseline, mask = score(merged(graphdef, params, state.frozen, state.step), b)
+        return actor_loss(actor_losses.PolicyTerms(adv, token_logprobs, mask.astype(jnp.float32), baseline,
                                                    token_count), **options)
 
     return actor_update(tx, state, batch, loss_fn, micro_batches)
