@@ -200,7 +200,8 @@ def test_remat_keeps_values_and_gradients_and_saves_memory(kind, tmp_path):
         temp[remat] = step.lower(params).compile().memory_analysis().temp_size_in_bytes
         assert ("remat" in str(jax.make_jaxpr(loss)(params))) == (remat != "none")
     for remat in ("dots", "full"):
-        np.testing.assert_allclose(float(results[remat][0]), float(results["none"][0]), rtol=1e-6)
+        # rtol 1e-5: a sum of 16 x 64 x hidden terms, looped or scanned (2.6e-6 apart at LLVM level 0).
+        np.testing.assert_allclose(float(results[remat][0]), float(results["none"][0]), rtol=1e-5)
         # Relative to the gradients' scale: RoBERTa without remat loops over its layers, with remat it
         # scans them, so gradients that are zero up to rounding (the key biases') round differently.
         ours, reference = jax.tree.leaves(results[remat][1]), jax.tree.leaves(results["none"][1])
