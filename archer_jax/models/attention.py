@@ -4,6 +4,7 @@ GQA, rotary positions), RoBERTa (bidirectional) and T5 (relative position biases
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import NamedTuple
@@ -60,6 +61,7 @@ def _pushed(stack: list, value):
 
 
 _BATCH_SHARDS: list[int] = []  # how many devices split the batch axis of the program being traced
+_MESHES: list = []  # the mesh of the program being traced (kernels that XLA cannot split run per device)
 
 
 def batch_shards(shards: int):
@@ -70,13 +72,15 @@ def batch_shards(shards: int):
 
 
 def with_batch_shards(fn: Callable, mesh) -> Callable:
-    """``fn``, traced inside :func:`batch_shards` for ``mesh``'s batch split (none: ``fn`` itself)."""
-    shards = shd.batch_size_multiple(mesh)
-    if shards == 1:
+    """``fn``, traced inside :func:`batch_shards` for ``mesh``'s batch split and with ``mesh`` as
+    the mesh that kernels XLA cannot partition (TPU flash attention) are mapped over (no mesh or
+    a one-device mesh: ``fn`` itself)."""
+    if mesh is None or mesh.size == 1:
         return fn
+    shards = shd.batch_size_multiple(mesh)
 
     def traced(*args, **kwargs):
-        with batch_shards(shards):
+        with batch_shards(shards), _pushed(_MESHES, mesh):
             return fn(*args, **kwargs)
 
     traced.__name__ = program_name(fn)  # what XLA names the program
@@ -92,11 +96,81 @@ def building_for(platform: str):
     return _pushed(_TARGET_PLATFORM, platform)
 
 
+def target_platform() -> str:
+    """The platform programs are built for: JAX's default backend, unless :func:`building_for` says otherwise."""
+    return _TARGET_PLATFORM[-1] if _TARGET_PLATFORM else jax.default_backend()
+
+
 def default_block_bytes() -> int | None:
-    """:data:`CPU_BLOCK_BYTES` when programs are built for a CPU (JAX's default backend, unless
-    :func:`building_for` says otherwise), else None."""
-    platform = _TARGET_PLATFORM[-1] if _TARGET_PLATFORM else jax.default_backend()
-    return CPU_BLOCK_BYTES if platform == "cpu" else None
+    """:data:`CPU_BLOCK_BYTES` when programs are built for a CPU (:func:`target_platform`), else None."""
+    return CPU_BLOCK_BYTES if target_platform() == "cpu" else None
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["allowed", "q_segments", "kv_segments"],
+                   meta_fields=["causal"])
+@dataclasses.dataclass(frozen=True)
+class SegmentMask:
+    """An attention mask together with the segment ids it was built from.
+
+    ``allowed`` is the boolean mask every path may use (broadcastable to ``[batch, heads, q_len,
+    kv_len]``). At every real query it equals "the key's segment is the query's" (and "at or before
+    it" when ``causal``), where ``q_segments`` and ``kv_segments`` (``[batch, len]`` int32) are 0
+    on padding and 1, 2, ... on the sequences of a row. A padding query's row may differ; callers
+    ignore those outputs. A kernel that takes segment ids (TPU flash attention) reads the ids and
+    never builds the scores or the mask.
+    """
+
+    allowed: Array
+    q_segments: Array
+    kv_segments: Array
+    causal: bool = False
+
+
+def dense_mask(mask: Array | SegmentMask) -> Array:
+    """The boolean mask of ``mask``."""
+    return mask.allowed if isinstance(mask, SegmentMask) else mask
+
+
+FLASH_BLOCK = 128  # the TPU flash kernel's blocks: sequences are padded to multiples of this
+
+
+def _tpu_flash_fits(q: Array, k: Array, mask, bias) -> bool:
+    """Whether this attention runs in the TPU flash kernel: built for a TPU, a :class:`SegmentMask`,
+    no score bias, and query and key lengths of at least :data:`FLASH_BLOCK` (shorter ones, whose
+    scores are small, would be padded to a block)."""
+    return (isinstance(mask, SegmentMask) and bias is None and target_platform() == "tpu"
+            and min(q.shape[2], k.shape[2]) >= FLASH_BLOCK)
+
+
+def _to_blocks(x: Array, axis: int) -> Array:
+    """``x`` padded with zeros along ``axis`` to a multiple of :data:`FLASH_BLOCK`."""
+    pad = -x.shape[axis] % FLASH_BLOCK
+    return x if not pad else jnp.pad(x, [(0, pad if a == axis else 0) for a in range(x.ndim)])
+
+
+def _tpu_flash(q: Array, k: Array, v: Array, mask: SegmentMask, scale: float) -> Array:
+    """Pallas's TPU flash attention (scores kept in VMEM blocks, never written to HBM). The kernel is
+    a custom call XLA cannot partition, so on a mesh it runs per device over the batch's shards
+    (and the heads' over ``tensor``), with no collective."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as tpu_flash  # TPU programs only
+
+    def attend(q, k, v, q_segments, kv_segments):
+        # Lengths padded to the kernel's blocks: padded keys are in segment 0, which no real query
+        # reads, and padded queries' outputs are cut off.
+        q_len = q.shape[2]
+        q, k, v = _to_blocks(q, 2), _to_blocks(k, 2), _to_blocks(v, 2)
+        ids = tpu_flash.SegmentIds(_to_blocks(q_segments, 1), _to_blocks(kv_segments, 1))
+        return tpu_flash.flash_attention(q, k, v, segment_ids=ids, causal=mask.causal, sm_scale=scale)[:, :, :q_len]
+
+    mesh = _MESHES[-1] if _MESHES else None
+    if mesh is None:
+        return attend(q, k, v, mask.q_segments, mask.kv_segments)
+    batch_axes = tuple(a for a in shd.BATCH_AXES if mesh.shape.get(a, 1) > 1)
+    batch = batch_axes if q.shape[0] % shd.batch_size_multiple(mesh) == 0 else None
+    heads = "tensor" if mesh.shape.get("tensor", 1) > 1 and q.shape[1] % mesh.shape["tensor"] == 0 else None
+    P = jax.sharding.PartitionSpec
+    return jax.shard_map(attend, mesh=mesh, in_specs=(P(batch, heads),) * 3 + (P(batch),) * 2,
+                         out_specs=P(batch, heads), check_vma=False)(q, k, v, mask.q_segments, mask.kv_segments)
 
 
 def _masked_scores(q: Array, k: Array, mask: Array, scale: float, bias: Array | None = None) -> Array:
@@ -175,7 +249,7 @@ def dot_product_attention(
     q: Array,
     k: Array,
     v: Array,
-    mask: Array,
+    mask: Array | SegmentMask,
     scale: float,
     *,
     block_bytes: int | None | str = "auto",
@@ -186,7 +260,9 @@ def dot_product_attention(
     Args:
       q: ``[batch, heads, q_len, head_dim]``.
       k, v: ``[batch, heads, kv_len, head_dim]``.
-      mask: boolean, broadcastable to ``[batch, heads, q_len, kv_len]``; True = may attend.
+      mask: boolean, broadcastable to ``[batch, heads, q_len, kv_len]``; True = may attend. A
+        :class:`SegmentMask` runs in the TPU flash kernel where it fits (:func:`_tpu_flash_fits`);
+        elsewhere its boolean mask takes the paths below.
       scale: multiplies the scores.
       block_bytes: when the float32 scores of the whole batch exceed this, run over blocks of
         batch rows (:func:`block_rows`), one after another, with a backward pass that recomputes
@@ -200,6 +276,9 @@ def dot_product_attention(
     Head-major operands make both dots plain batched matrix products; with the heads inside the
     batch axes XLA:CPU transposed every operand, a third of the attention's time.
     """
+    if _tpu_flash_fits(q, k, mask, bias):
+        return _tpu_flash(q, k, v, mask, scale)
+    mask = dense_mask(mask)
     if block_bytes == "auto":
         block_bytes = default_block_bytes()
     batch, heads, q_len, _ = q.shape
@@ -212,7 +291,8 @@ def dot_product_attention(
     return _blocked_attention(q, k, v, mask, scale, rows, batch % shards == 0 and shards > 1)
 
 
-def grouped_attention(q: Array, k: Array, v: Array, mask: Array, scale: float, bias: Array | None = None) -> Array:
+def grouped_attention(q: Array, k: Array, v: Array, mask: Array | SegmentMask, scale: float,
+                      bias: Array | None = None) -> Array:
     """:func:`dot_product_attention` with fewer key/value heads than query heads (GQA/MQA).
 
     ``q`` is ``[batch, heads, q_len, d]``, ``k``/``v`` ``[batch, kv_heads, kv_len, d]``. Each
@@ -227,6 +307,9 @@ def grouped_attention(q: Array, k: Array, v: Array, mask: Array, scale: float, b
     if bias is not None:
         raise ValueError("a score bias with grouped key/value heads is not supported")
     group = heads // kv_heads
+    if _tpu_flash_fits(q, k, mask, bias):  # the kernel takes as many key/value heads as query heads
+        return _tpu_flash(q, jnp.repeat(k, group, axis=1), jnp.repeat(v, group, axis=1), mask, scale)
+    mask = dense_mask(mask)
     q = q.reshape(batch, kv_heads, group * q_len, d)
     mask = jnp.tile(mask, (1, 1, group, 1))  # [.., q_len, kv] -> [.., group * q_len, kv], group-major
     out = dot_product_attention(q, k, v, mask, scale)

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from archer_jax.models.attention import KVCache
+from archer_jax.models.attention import KVCache, SegmentMask
 from archer_jax.models.layers import DType, scan_layers
 
 Array = jax.Array
@@ -64,11 +64,14 @@ class AttentionInputs(NamedTuple):
     valid: Array  # [batch, slots] bool: slots that hold a real token
     query_slots: Array  # [len] int32: the slot of each query
     segments: Array | None = None  # [batch, len] int32 for packed rows: 1, 2, ... per sequence; 0 = padding
+    cached: bool = True  # whether the queries attend over cache slots (False: over this call's tokens)
 
-    def mask(self, window: int | None = None) -> Array:
+    def mask(self, window: int | None = None) -> Array | SegmentMask:
         """``[batch, 1, len, slots]``: a query may attend to real tokens at or before its slot, and
         with ``window`` only to the last ``window`` slots (sliding-window attention); in packed
-        rows only to tokens of its own sequence."""
+        rows only to tokens of its own sequence. Without a cache or a window, the mask comes with
+        its segment ids (a :class:`SegmentMask`, real tokens 1 in unpacked rows), for the TPU
+        flash kernel."""
         slots = jnp.arange(self.valid.shape[1])[None, :]
         allowed = slots <= self.query_slots[:, None]
         if window is not None:
@@ -76,7 +79,10 @@ class AttentionInputs(NamedTuple):
         mask = self.valid[:, None, None, :] & allowed[None, None]
         if self.segments is not None:
             mask &= (self.segments[:, :, None] == self.segments[:, None, :])[:, None]
-        return mask
+        if self.cached or window is not None:
+            return mask
+        segments = self.valid.astype(jnp.int32) if self.segments is None else self.segments
+        return SegmentMask(mask, segments, segments, causal=True)
 
 
 def attention_inputs(
@@ -102,7 +108,7 @@ def attention_inputs(
         if segment_ids.shape != (batch, length) or position_ids.shape != (batch, length):
             raise ValueError(f"segment_ids {segment_ids.shape} and position_ids {position_ids.shape} must both be "
                              f"{(batch, length)}")
-        return AttentionInputs(position_ids, segment_ids > 0, jnp.arange(length), segment_ids)
+        return AttentionInputs(position_ids, segment_ids > 0, jnp.arange(length), segment_ids, cached=False)
     slots = length if cache is None else cache[0].key.shape[2]
     if attention_mask is None:
         if cache is not None:
@@ -114,7 +120,7 @@ def attention_inputs(
     if position_ids is None:
         all_positions = jnp.maximum(jnp.cumsum(valid, axis=-1, dtype=jnp.int32) - 1, 0)
         position_ids = jax.lax.dynamic_slice_in_dim(all_positions, cache_index, length, axis=1)
-    return AttentionInputs(position_ids, valid, cache_index + jnp.arange(length))
+    return AttentionInputs(position_ids, valid, cache_index + jnp.arange(length), cached=cache is not None)
 
 
 def run_layers(

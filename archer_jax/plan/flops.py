@@ -8,7 +8,9 @@ scanned layers of each model and over micro-batches. Counted on the program's ja
 
 Only ``dot_general`` is counted (2 x the output's elements x the contracted size): the matmuls
 that bound a transformer step, and what model-FLOPs utilisation measures. A ``while`` loop (a
-trip count only known at run time) counts its body once; a ``cond`` its costliest branch.
+trip count only known at run time) counts its body once; a ``cond`` its costliest branch. A
+Pallas kernel counts its own cost estimate, or else its body once per grid step (every block, as
+if none were skipped).
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ def jaxpr_flops(jaxpr: core.Jaxpr) -> float:
             total += eqn.params["length"] * jaxpr_flops(eqn.params["jaxpr"].jaxpr)
         elif name == "cond":
             total += max(jaxpr_flops(branch.jaxpr) for branch in eqn.params["branches"])
+        elif name == "pallas_call":  # a kernel (TPU flash attention): its own estimate, or its body per grid step
+            estimate = eqn.params.get("cost_estimate")
+            total += estimate.flops if estimate is not None and estimate.flops else \
+                math.prod(eqn.params["grid_mapping"].grid) * jaxpr_flops(eqn.params["jaxpr"])
         else:
             total += sum(jaxpr_flops(sub) for sub in _sub_jaxprs(eqn.params))
     return total

@@ -55,6 +55,7 @@ class ProgramPlan:
     fits: bool | None = None
     error: str | None = None
     collectives: dict[str, int] = dataclasses.field(default_factory=dict)  # the HLO's cross-chip ops, by kind
+    kernels: int = 0  # Pallas (Mosaic) kernels in the HLO: TPU flash attention, one per attention pass
 
 
 @dataclasses.dataclass
@@ -95,6 +96,7 @@ def _analyse(program: ProgramPlan, compiled, chip: slices.Chip | None, resident:
     least, which then stand for XLA's count."""
     text = compiled.as_text() or ""
     program.collectives = {op: n for op in COLLECTIVES if (n := len(re.findall(rf"\b{op}(?:-start)?\(", text)))}
+    program.kernels = text.count('custom_call_target="tpu_custom_call"')
     memory = compiled.memory_analysis()
     if memory is not None:
         program.argument_bytes = int(memory.argument_size_in_bytes)

@@ -46,3 +46,26 @@ def test_a_scanned_gpt2_forward_counts_every_layer():
     tokens = batch * length
     per_layer = 2 * tokens * (4 * d * d + 2 * d * 4 * d) + 2 * 2 * batch * length * length * d
     assert matmul_flops(forward, state, ids) == layers * per_layer + 2 * tokens * d * vocab
+
+
+def test_the_tpu_flash_kernel_counts_its_matmuls():
+    """The Pallas kernel's FLOPs are its own estimate, not one block's: at least the two attention
+    matmuls (2 x 2 x b x h x q x k x d) the XLA path counts, forward; its backward kernels, which
+    recompute the scores, add their bodies once per grid step."""
+    from archer_jax.models import attention
+
+    b, h, n, d = 2, 2, 256, 16
+    x = jax.ShapeDtypeStruct((b, h, n, d), jnp.float32)
+    seg = jnp.ones((b, n), jnp.int32)
+    mask = attention.SegmentMask(jnp.ones((b, 1, n, n), bool), seg, seg)
+    forward = lambda q, k, v: attention.dot_product_attention(q, k, v, mask, 1.0)  # noqa: E731
+    backward = jax.grad(lambda q, k, v: forward(q, k, v).sum(), argnums=(0, 1, 2))
+    xla = matmul_flops(forward, x, x, x)
+    assert xla == 4 * b * h * n * n * d
+    with attention.building_for("tpu"):
+        # (fresh lambdas: JAX's trace caches know nothing of building_for)
+        assert "pallas_call" in str(jax.make_jaxpr(lambda *a: forward(*a))(x, x, x))
+        kernel = matmul_flops(lambda *a: forward(*a), x, x, x)
+        kernel_backward = matmul_flops(lambda *a: backward(*a), x, x, x)
+    assert xla <= kernel <= 1.1 * xla
+    assert kernel_backward >= 3 * xla  # the forward, and at least four more matmuls of its size

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from archer_jax.models.attention import MultiHeadAttention
+from archer_jax.models.attention import MultiHeadAttention, SegmentMask
 from archer_jax.models.config import HFConfig
 from archer_jax.models.layers import DType, activation, check_remat, dense, embedding, layer_norm, scan_layers
 from archer_jax.models.packing import segment_mask
@@ -132,7 +132,7 @@ class RobertaModel(nnx.Module):
         of ``last_hidden_state`` with :meth:`pool`)."""
         if segment_ids is not None:
             valid = segment_ids > 0
-            mask = segment_mask(segment_ids)
+            mask = SegmentMask(segment_mask(segment_ids), segment_ids, segment_ids)
             if position_ids is None:
                 raise ValueError("packed rows need position_ids: each sequence's own (models.packing.pack's positions)")
             position_ids = jnp.where(valid, position_ids + self.config.pad_token_id + 1, self.config.pad_token_id)
@@ -142,7 +142,8 @@ class RobertaModel(nnx.Module):
             valid = attention_mask.astype(bool)
             if position_ids is None:
                 position_ids = jnp.cumsum(valid, axis=-1, dtype=jnp.int32) * valid + self.config.pad_token_id
-            mask = valid[:, None, None, :]
+            segments = valid.astype(jnp.int32)
+            mask = SegmentMask(valid[:, None, None, :], segments, segments)
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)
         x = self.embeddings(input_ids, position_ids, token_type_ids)
