@@ -56,6 +56,7 @@ class ProgramPlan:
     error: str | None = None
     collectives: dict[str, int] = dataclasses.field(default_factory=dict)  # the HLO's cross-chip ops, by kind
     kernels: int = 0  # Pallas (Mosaic) kernels in the HLO: TPU flash attention, one per attention pass
+    bound: str | None = None  # what its roofline time is: "FLOPs" or "bytes" (None: no chip figures)
 
 
 @dataclasses.dataclass
@@ -116,7 +117,9 @@ def _analyse(program: ProgramPlan, compiled, chip: slices.Chip | None, resident:
     if floor_bytes is not None:
         program.bytes_accessed = floor_bytes
     if chip is not None:
-        program.roofline_s = max(program.flops / chip.peak_flops, program.bytes_accessed / chip.hbm_bandwidth)
+        flop_s, byte_s = program.flops / chip.peak_flops, program.bytes_accessed / chip.hbm_bandwidth
+        program.roofline_s = max(flop_s, byte_s)
+        program.bound = "FLOPs" if flop_s >= byte_s else "bytes"
         program.fits = program.peak_bytes <= chip.hbm_bytes if memory is not None else None
 
 
@@ -254,17 +257,27 @@ def table(plan: Plan) -> str:
              f"{plan.devices} chips, {plan.hosts} host{'s' if plan.hosts > 1 else ''}; mesh "
              + " ".join(f"{k}={v}" for k, v in plan.mesh.items()) + f"); resident states {size_text(plan.resident_bytes)} per chip",
              f"{'program':<16} {'args':>10} {'temp':>10} {'peak':>10} {'fits':>5} {'GFLOP':>9} {'GB':>8} "
-             f"{'roofline':>10} {'x/iter':>7} {'compile':>8}  shape"]
+             f"{'roofline':>10} {'bound':>5} {'collectives':>14} {'x/iter':>7} {'compile':>8}  shape"]
     for p in plan.programs:
         fits = {True: "yes", False: "NO", None: "?"}[p.fits]
         roof = f"{p.roofline_s * 1e3:.2f} ms" if p.roofline_s is not None else "-"
         lines.append(f"{p.name:<16} {size_text(p.argument_bytes):>10} {size_text(p.temp_bytes):>10} "
                      f"{size_text(p.peak_bytes):>10} {fits:>5} {p.flops / 1e9:>9.1f} {p.bytes_accessed / 1e9:>8.2f} "
-                     f"{roof:>10} {p.per_iteration:>7.2f} {p.compile_s:>7.1f}s  {p.error or p.shape}")
+                     f"{roof:>10} {p.bound or '-':>5} {collectives_text(p.collectives):>14} {p.per_iteration:>7.2f} "
+                     f"{p.compile_s:>7.1f}s  {p.error or p.shape}")
     if plan.iteration_s is not None:
         lines.append(f"planned iteration (roofline, a lower bound): {plan.iteration_s:.2f} s, bound by {plan.bound_by}; "
                      f"the run: {plan.run_hours:.1f} h")
     return "\n".join(lines)
+
+
+COLLECTIVE_ABBREVIATIONS = {"all-reduce": "AR", "all-gather": "AG", "reduce-scatter": "RS", "all-to-all": "A2A",
+                            "collective-permute": "CP"}
+
+
+def collectives_text(collectives: dict[str, int]) -> str:
+    """A program's collectives for the table, e.g. "8 AR, 2 AG" ("-": none)."""
+    return ", ".join(f"{n} {COLLECTIVE_ABBREVIATIONS[op]}" for op, n in collectives.items()) or "-"
 
 
 def _first_line(error: BaseException) -> str:

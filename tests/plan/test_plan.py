@@ -58,6 +58,7 @@ def test_every_program_of_an_iteration_compiles_for_a_single_host_slice(data_v5e
     # buckets), run per chip: the data mesh still moves nothing but the gradients' sum (above).
     assert programs["critic_step"].kernels > 0 and programs["actor_step"].kernels > 0
     assert programs["rollout decode"].kernels == 0  # a decode step attends over its cache: XLA's path
+    assert programs["rollout decode"].bound == "bytes"  # one token a row: the weights' and cache's bytes
     # The decode loop's cost is XLA's count of one step times the new tokens.
     assert programs["rollout decode"].flops > programs["rollout prefill"].flops / 64
     assert data_v5e.iteration_s > 0 and data_v5e.bound_by in programs

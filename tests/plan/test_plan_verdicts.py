@@ -54,3 +54,13 @@ def test_a_sampler_program_xla_refuses_is_reported_not_raised(tmp_path, monkeypa
     assert [(p.name, p.fits, p.error) for p in planned.programs] == [("rollout prefill", False, OOM),
                                                                      ("rollout decode", False, OOM)]
     assert not_fitting_line(planned).startswith("error: rollout prefill does not fit in local's ")
+
+
+def test_the_table_gives_each_programs_bound_and_collectives():
+    step = ProgramPlan("critic_step", "256 rows", 50, roofline_s=0.1, bound="FLOPs",
+                       collectives={"all-reduce": 8, "all-gather": 2})
+    decode = ProgramPlan("rollout decode", "128 rows", 20, roofline_s=0.03, bound="bytes")
+    header, *rows = plan_lib.table(_plan(step, decode)).splitlines()[1:]
+    assert "bound" in header and "collectives" in header
+    assert "FLOPs" in rows[0] and "8 AR, 2 AG" in rows[0]
+    assert "bytes" in rows[1] and " - " in rows[1]
