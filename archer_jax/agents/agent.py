@@ -118,6 +118,7 @@ class Agent:
     name: ClassVar[str]
     Config: ClassVar[type]
     learns_from_rollouts: ClassVar[bool] = True  # False: a fixed dataset; the envs only evaluate it
+    pi_reads_critic: ClassVar[bool] = False  # its a_π reads the critic (CHAI's choice): drawn step by step
 
     def __init__(self, parts: Parts, config):
         self.parts, self.config = parts, config
@@ -170,6 +171,11 @@ class Agent:
     def pi_actions(self, states: States, sample: dict, key) -> list[str]:
         """``a_π`` for a critic step: a fresh sample from the current policy for each replayed observation."""
         return self.parts.acting.pi_actions(self.policy(states), sample["policy_observation"], key)
+
+    def pi_actions_steps(self, states: States, samples: Sequence[dict], keys: Sequence) -> list[list[str]]:
+        """:meth:`pi_actions` for several steps' samples at once (step ``s``: ``samples[s]`` with
+        ``keys[s]``), each row drawn as in its own step, in the few decodes that fit."""
+        return self.parts.acting.pi_actions_steps(self.policy(states), [s["policy_observation"] for s in samples], keys)
 
     def sft_step(self, learning_rate: float, limit: int | None = None) -> tuple[StepProgram, TrainState]:
         """The behaviour-cloning step of the SFT warm start (micro-batches of at most ``limit`` for

@@ -139,11 +139,18 @@ def critic_and_actor_programs(agent: Agent, iterations: int) -> list[Program]:
 
 def critic_phase(agent: Agent, states: States, replay: ReplayBuffer, iteration: int) -> States:
     """``critic_steps`` critic steps, each on a fresh uniform batch with fresh ``a_π`` (the agent's
-    ``pi_actions``)."""
+    ``pi_actions``). The policy is fixed in the phase: every step's batch is drawn first and all
+    their ``a_π`` in a few large decodes (each row with its step's key: what the step's own decode
+    would draw), unless the agent's ``a_π`` reads the critic (CHAI's choice by the target critic,
+    which each step moves): then each step draws its own. The actor phase draws per step: each
+    actor step changes the policy its next ``a_π`` comes from."""
     parts, critic = agent.parts, states.critic
-    for step in range(agent.config.critic_steps):
-        sample = replay.sample(parts.batch)
-        pi_texts = agent.pi_actions(States(states.actor, critic), sample, parts.key_for(CRITIC, iteration, step))
+    steps = range(agent.config.critic_steps)
+    samples = [replay.sample(parts.batch) for _ in steps]
+    keys = [parts.key_for(CRITIC, iteration, step) for step in steps]
+    drawn = agent.pi_actions_steps(states, samples, keys) if samples and not agent.pi_reads_critic else None
+    for step, sample in enumerate(samples):
+        pi_texts = drawn[step] if drawn is not None else agent.pi_actions(States(states.actor, critic), sample, keys[step])
         pi_rows = parts.pipeline.critic_action_rows(sample["observation"], pi_texts)
         batch = (parts.pipeline.packed_critic_batch(sample, pi_rows, critic_groups(agent.networks, parts.batch))
                  if agent.config.learner.pack_critic else parts.pipeline.critic_batch(sample, pi_rows))

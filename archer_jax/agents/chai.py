@@ -117,6 +117,7 @@ class CHAI(archer.ArCHer):
     """ArCHer's critic steps with CHAI's choices as ``a_π``; the policy is frozen."""
 
     name = "chai"
+    pi_reads_critic = True  # its a_π is the target critic's choice, which each critic step moves
     Config = Config
 
     @classmethod

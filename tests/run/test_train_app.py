@@ -277,6 +277,51 @@ def test_kill_9_while_writing_a_checkpoint_resumes_from_the_previous_one_exactly
     _assert_same_run(reference, tmp_path)
 
 
+# A run that kills itself (SIGKILL: no cleanup) at its ``KILL_AT``-th critic step, inside a critic
+# phase whose a_π were all drawn up front.
+_KILLED_IN_A_CRITIC_PHASE = """
+import os, runpy, signal, sys
+from archer_jax.agents import archer
+
+KILL_AT = int(sys.argv.pop(1))
+made = archer.critic_step
+
+
+class Killing:
+    def __init__(self, program):
+        self.program, self.calls = program, 0
+
+    def __getattr__(self, name):
+        return getattr(self.program, name)
+
+    def __call__(self, *args):
+        self.calls += 1
+        if self.calls == KILL_AT:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.program(*args)
+
+
+archer.critic_step = lambda *a, **k: Killing(made(*a, **k))
+runpy.run_module("archer_jax.train", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_inside_a_critic_phase_resumes_exactly(straight, tmp_path):
+    _, reference = straight
+    c = micro(**FOUR)
+    kill_at = 2 * c.critic_steps + c.critic_steps // 2  # iteration 3, half-way through its critic steps
+    flags = ["--config.iterations=4", "--config.save_freq=2", "--config.eval_freq=2"]
+    process = subprocess.run([sys.executable, "-c", _KILLED_IN_A_CRITIC_PHASE, str(kill_at), *cli(tmp_path, *flags)[3:]],
+                             capture_output=True, text=True, timeout=600)
+    assert process.returncode == -signal.SIGKILL, process.stderr[-3000:]
+    assert max(_complete_steps(tmp_path)) == 2 and (tmp_path / "history.jsonl").read_text().count("\n") == 2
+
+    summary = train_and_evaluate(micro(**FOUR), tmp_path)
+    assert summary["resumed_at_iteration"] == 2
+    _assert_same_run(reference, tmp_path)
+
+
 # ---- non-finite losses --------------------------------------------------------------------
 
 
