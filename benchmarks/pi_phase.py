@@ -72,7 +72,7 @@ def bench(w: Workload, steps: int, args, tokenizer) -> dict:
     limit = sampler.prompt_limit(sampling)
     longest = max(min(len(r), limit) for p in prompts for r in p)
     max_rows = phase_decodes.decode_rows(
-        sampler, sampling, prompt_length=models.bucket_length(longest, limit, min(sampler.min_prompt_bucket, limit)),
+        sampler.decoder, sampling, prompt_length=models.bucket_length(longest, limit, min(sampler.min_prompt_bucket, limit)),
         least=w.transitions, most=rows)
     median = {k: statistics.median(v) for k, v in times.items()}
     return dict(steps=steps, rows=rows, mean_prompt_tokens=float(np.mean([len(r) for p in prompts for r in p])),

@@ -210,6 +210,10 @@ class Agent:
         """Decodes of ``parts.batch`` a_π samples an iteration runs, averaged over ``iterations`` (none here)."""
         return 0.0
 
+    def pi_phase_rows(self, iterations: int) -> int:
+        """The a_π rows an iteration's critic phase draws together, in as few decodes as fit (none here)."""
+        return 0
+
     def act(self, states: States, observations: Sequence[str], key: jax.Array, greedy: bool,
             rows: Sequence[int] | None = None) -> list[str]:
         """One utterance per observation: a sample of the policy (or its greedy utterance);

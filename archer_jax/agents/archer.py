@@ -207,8 +207,13 @@ class ArCHer(Agent):
         return critic_and_actor_programs(self, iterations)
 
     def pi_decodes(self, iterations: int) -> float:
-        """One a_π decode for each critic and each actor step."""
-        return sum(p.per_iteration for p in self.programs(iterations))
+        """One a_π decode for each actor step, and for each critic step where a_π reads the
+        critic (CHAI); the other critic steps' a_π are :meth:`pi_phase_rows`."""
+        return sum(p.per_iteration for p in self.programs(iterations) if p.name != "critic_step" or self.pi_reads_critic)
+
+    def pi_phase_rows(self, iterations: int) -> int:
+        """The a_π rows a critic phase draws together: all its steps' (:func:`critic_phase`)."""
+        return 0 if self.pi_reads_critic else self.config.critic_steps * self.parts.batch
 
     def critic_updates(self, states: States, replay: ReplayBuffer, iteration: int) -> States:
         return critic_phase(self, states, replay, iteration)

@@ -232,9 +232,9 @@ class PPO(Agent):
             out.insert(0, archer.critic_program(self))
         return out
 
-    def pi_decodes(self, iterations: int) -> float:
-        """An a_π decode for each of ``archer_hierarchical``'s critic steps."""
-        return self.config.critic_steps if self.config.ppo.estimator.needs_critic else 0.0
+    def pi_phase_rows(self, iterations: int) -> int:
+        """``archer_hierarchical``'s critic phase: the a_π of all its critic steps, drawn together."""
+        return self.config.critic_steps * self.parts.batch if self.config.ppo.estimator.needs_critic else 0
 
     def ppo_updates(self, states: States, replay: ReplayBuffer, iteration: int) -> States:
         """PPO's epochs over the newest rollout's transitions, in shuffled minibatches of ``parts.batch``."""

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import json
 import logging
+import collections
 import math
 import re
 import time
@@ -31,6 +32,7 @@ from archer_jax.plan import slices
 from archer_jax.plan.abstract_parts import PlanParts, abstract_model, model_config
 from archer_jax.plan.flops import matmul_flops
 from archer_jax.plan.memory import device_bytes
+from archer_jax.sampling import phase_decodes
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,24 @@ def _analyse(program: ProgramPlan, compiled, chip: slices.Chip | None, resident:
         program.fits = program.peak_bytes <= chip.hbm_bytes if memory is not None else None
 
 
+def _phase_uses(agent, parts, chip, resident: int) -> list[tuple[str, int, float]]:
+    """The decodes of a critic phase's a_π (drawn together, :mod:`archer_jax.sampling.phase_decodes`):
+    ``(name, rows, calls an iteration)``, rows sized by the chip's memory as a run sizes them by its
+    device's (on a chip of unknown free memory, one step's rows a decode)."""
+    rows = agent.pi_phase_rows(parts.config.iterations)
+    if not rows:
+        return []
+    hosts, decoder = parts.hosts, parts.decoder
+    per_host, least = math.ceil(rows / hosts), math.ceil(parts.batch / hosts)
+    max_rows = decoder.batch_bucket(least)
+    if chip is not None:
+        max_rows = phase_decodes.decode_rows(decoder, parts.config.sampling, prompt_length=parts.max_prompt_length,
+                                             least=least, most=per_host, free_bytes=chip.hbm_bytes - resident)
+    counts = collections.Counter(phase_decodes.decode_sizes(per_host, max_rows, least))
+    return [("a_pi phase" if i == 0 else "a_pi phase rest", size * hosts, float(n))
+            for i, (size, n) in enumerate(sorted(counts.items(), reverse=True))]
+
+
 def plan_run(config, target: slices.Target, workdir: Path, *, config_name: str = "",
              only: set[str] | None = None) -> Plan:
     """Compiles every program of one iteration of ``config`` (validated) for ``target`` (``only``:
@@ -182,6 +202,7 @@ def _plan_run(config, target: slices.Target, devices, workdir: Path, config_name
         uses.append(("eval", c.eval_size, c.env.max_turns / max(c.eval_freq, 1) if c.eval_freq else 0))
     if agent.pi_decodes(c.iterations):
         uses.append(("a_pi", parts.batch, agent.pi_decodes(c.iterations)))
+    uses += _phase_uses(agent, parts, chip if target.is_tpu else None, resident)
     uses = [use for use in uses if only is None or use[0] in only]
     policy_bytes = device_bytes(decoder.model_state)
     for use, games, calls in uses:

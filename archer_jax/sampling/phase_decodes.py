@@ -6,7 +6,7 @@ its own step would have given it (:func:`archer_jax.sampling.decoding.row_unifor
 row draws what it would have drawn in its step's own decode, up to the rounding of logits
 computed in a differently shaped batch.
 
-    rows = decode_rows(sampler, sampling, prompt_length=128, least=256, most=12_800)
+    rows = decode_rows(sampler.decoder, sampling, prompt_length=128, least=256, most=12_800)
     generation = generate_many(sampler, prompts, keys, row_ids, sampling, max_rows=rows)
 
 :func:`generate_many` sorts the rows by prompt length (so a decode's prompt bucket is that of
@@ -30,27 +30,27 @@ from flax import nnx
 
 from archer_jax.learners import micro_batching
 from archer_jax.models.tokenizer import Tokens, bucket_length, pad_rows
-from archer_jax.sampling.decoding import SamplingParams
+from archer_jax.sampling.decoding import Decoder, SamplingParams
 from archer_jax.sampling.sampler import Generation, Sampler
 
 
 _MEASURED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # decoder -> {(sampling, rows, length): bytes}
 
 
-def _decode_bytes(sampler: Sampler, sampling: SamplingParams, rows: int, prompt_length: int) -> int | None:
+def _decode_bytes(decoder: Decoder, sampling: SamplingParams, rows: int, prompt_length: int) -> int | None:
     """Per-device bytes one decode of ``rows`` rows at ``prompt_length`` adds to the resident
     parameters: the prefill's temporaries and its output state (the KV cache), or the state and
     the decode loop's temporaries, whichever is more. None where the backend gives no analysis.
     Measured once per decoder and shape."""
-    measured = _MEASURED.setdefault(sampler.decoder, {})
+    measured = _MEASURED.setdefault(decoder, {})
     signature = (sampling, rows, prompt_length)
     if signature not in measured:
-        measured[signature] = _compiled_bytes(sampler, sampling, rows, prompt_length)
+        measured[signature] = _compiled_bytes(decoder, sampling, rows, prompt_length)
     return measured[signature]
 
 
-def _compiled_bytes(sampler: Sampler, sampling: SamplingParams, rows: int, prompt_length: int) -> int | None:
-    prefill, decode = (lowered.compile() for lowered in sampler.decoder.lower(sampling, rows, prompt_length))
+def _compiled_bytes(decoder: Decoder, sampling: SamplingParams, rows: int, prompt_length: int) -> int | None:
+    prefill, decode = (lowered.compile() for lowered in decoder.lower(sampling, rows, prompt_length))
     prefill_bytes = micro_batching.program_bytes(prefill, 0)
     decode_bytes = micro_batching.program_bytes(decode, 0)
     analysis = decode.memory_analysis()
@@ -59,20 +59,19 @@ def _compiled_bytes(sampler: Sampler, sampling: SamplingParams, rows: int, promp
     return max(prefill_bytes, decode_bytes + int(analysis.argument_size_in_bytes))
 
 
-def decode_rows(sampler: Sampler, sampling: SamplingParams, *, prompt_length: int, least: int, most: int,
+def decode_rows(decoder: Decoder, sampling: SamplingParams, *, prompt_length: int, least: int, most: int,
                 free_bytes: int | None = None) -> int:
     """The most rows (a power of two, at least ``least``'s row bucket, at most ``most``'s) one
     decode at ``prompt_length`` may take in :data:`micro_batching.HEADROOM` of the free memory
-    (``free_bytes``, default: the sampler's devices'). The bytes of a decode of ``least`` rows are
+    (``free_bytes``, default: the decoder's devices'). The bytes of a decode of ``least`` rows are
     read from its compiled programs and scaled by rows (a decode's cache and activations are
     rows times a row's); the decode chosen is compiled when it first runs."""
-    decoder = sampler.decoder
     low, high = decoder.batch_bucket(max(1, least)), decoder.batch_bucket(max(1, most))
     if high <= low:
         return low
     if free_bytes is None:
         free_bytes = micro_batching.device_free_bytes(list(decoder.mesh.devices.flat))
-    measured = _decode_bytes(sampler, sampling, low, prompt_length) if free_bytes is not None else None
+    measured = _decode_bytes(decoder, sampling, low, prompt_length) if free_bytes is not None else None
     if measured is None:
         return low
     budget = micro_batching.HEADROOM * free_bytes
@@ -82,18 +81,22 @@ def decode_rows(sampler: Sampler, sampling: SamplingParams, *, prompt_length: in
     return rows
 
 
-def _chunks(order: np.ndarray, max_rows: int, least: int) -> list[np.ndarray]:
-    """``order`` cut into runs of powers of two rows, each the largest left that is at most
-    ``max_rows`` (so that no decode pads its rows to a row bucket), the rest under ``least`` in
-    one run."""
-    runs, start = [], 0
-    while start < len(order):
-        left = len(order) - start
+def decode_sizes(rows: int, max_rows: int, least: int = 1) -> list[int]:
+    """The rows of each decode of ``rows``: powers of two, each the largest left that is at most
+    ``max_rows`` (so that no decode pads its rows to a row bucket), the rest under ``least`` in one."""
+    sizes, left = [], rows
+    while left > 0:
         size = min(max_rows, 1 << (left.bit_length() - 1))
         size = left if size < least else size
-        runs.append(order[start:start + size])
-        start += size
-    return runs
+        sizes.append(size)
+        left -= size
+    return sizes
+
+
+def _chunks(order: np.ndarray, max_rows: int, least: int) -> list[np.ndarray]:
+    """``order`` cut into the runs of :func:`decode_sizes`."""
+    ends = np.cumsum([0, *decode_sizes(len(order), max_rows, least)])
+    return [order[a:b] for a, b in zip(ends[:-1], ends[1:])]
 
 
 def generate_many(sampler: Sampler, rows: Sequence[np.ndarray], keys: jax.Array, row_ids: Sequence[int],
@@ -177,7 +180,7 @@ def generate_steps(sampler: Sampler, prompts: Sequence[Sequence[np.ndarray]], ke
     # On CPUs larger decodes ran slower (each row computes to its decode's longest row), as larger
     # learner micro-batches do (micro_batching.auto_limit): there a decode takes a step's rows.
     cpu = micro_batching.auto_limit(sampler.mesh.devices.flat[0].platform, max(sizes)) is not None
-    max_rows = decode_rows(sampler, sampling, prompt_length=bucket_length(longest, limit, min_bucket),
+    max_rows = decode_rows(sampler.decoder, sampling, prompt_length=bucket_length(longest, limit, min_bucket),
                            least=max(sizes), most=max(sizes) if cpu else len(rows))
     step_keys = jnp.repeat(jnp.stack(list(keys)), np.asarray(sizes), axis=0, total_repeat_length=len(rows))
     joined = generate_many(sampler, rows, step_keys, np.concatenate([np.asarray(r, np.int64) for r in row_ids]),

@@ -41,6 +41,12 @@ def test_every_program_of_an_iteration_compiles_for_a_single_host_slice(data_v5e
     assert {"critic_step", "actor_step", "rollout prefill", "rollout decode", "a_pi decode", "oracle decode"} <= set(programs)
     assert data_v5e.devices == 8 and data_v5e.hosts == 1 and data_v5e.mesh == {"data": 8, "fsdp": 1, "tensor": 1}
     assert data_v5e.chip == "TPU v5e" and data_v5e.hbm_bytes == 16 * 2**30
+    # The critic phase's a_π (2 steps of 8 rows) in one decode of all 16, which fits; the actor
+    # steps' a_π one step's 8 rows a decode.
+    phase = {name: p for name, p in programs.items() if name.startswith("a_pi phase")}
+    assert set(phase) == {"a_pi phase prefill", "a_pi phase decode"}
+    assert phase["a_pi phase decode"].shape.startswith("16 rows") and phase["a_pi phase decode"].per_iteration == 1
+    assert programs["a_pi decode"].shape.startswith("8 rows") and programs["a_pi decode"].per_iteration < 2
     for p in data_v5e.programs:
         assert p.argument_bytes > 0 and p.peak_bytes >= p.argument_bytes and p.fits, p
         assert p.flops > 0 and p.bytes_accessed > 0 and p.roofline_s > 0, p

@@ -77,14 +77,14 @@ def test_a_phase_samples_the_tempered_softmax(policy, sampler):  # noqa: F811
 
 def test_decodes_take_the_rows_that_fit_in_free_memory(sampler):  # noqa: F811
     """One decode of 8 rows is measured; the rows double while the scaled bytes fit in 90% of free."""
-    one = phase_decodes._decode_bytes(sampler, SAMPLING, 8, 64)
+    one = phase_decodes._decode_bytes(sampler.decoder, SAMPLING, 8, 64)
     assert one is not None and one > 0
-    choose = lambda free: phase_decodes.decode_rows(sampler, SAMPLING, prompt_length=64, least=8, most=100,  # noqa: E731
+    choose = lambda free: phase_decodes.decode_rows(sampler.decoder, SAMPLING, prompt_length=64, least=8, most=100,  # noqa: E731
                                                     free_bytes=free)
     assert choose(1) == 8  # nothing fits: the smallest
     assert choose(10**15) == 128  # everything fits: the bucket of all rows
     assert choose(int(4 * one / 0.9) + 1) == 32
-    assert phase_decodes.decode_rows(sampler, SAMPLING, prompt_length=64, least=8, most=8) == 8
+    assert phase_decodes.decode_rows(sampler.decoder, SAMPLING, prompt_length=64, least=8, most=8) == 8
 
 
 def test_bad_input_gives_clear_errors(policy, sampler):  # noqa: F811
@@ -99,3 +99,10 @@ def test_bad_input_gives_clear_errors(policy, sampler):  # noqa: F811
     with pytest.raises(ValueError, match="rows is empty"):
         phase_decodes.generate_many(sampler, [], jax.numpy.stack(keys), [], SAMPLING, max_rows=4)
     assert [g.texts for g in phase_decodes.generate_steps(sampler, [[], []], keys, [[], []], SAMPLING)] == [[], []]
+
+
+def test_decode_sizes_are_powers_of_two_with_one_rest():
+    assert phase_decodes.decode_sizes(12_800, 4096, 256) == [4096, 4096, 4096, 512]
+    assert phase_decodes.decode_sizes(320, 512, 32) == [256, 64]
+    assert phase_decodes.decode_sizes(100, 128, 8) == [64, 32, 4]  # the 4 left, under 8, in one decode
+    assert phase_decodes.decode_sizes(15, 4, 4) == [4, 4, 4, 3]
