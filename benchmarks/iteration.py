@@ -3,8 +3,9 @@
 Both sides run the workload of :mod:`workload` (same model sizes, shapes, counts and random
 inputs; random weights, nothing downloaded):
 
-  * ours: :class:`archer_jax.sampling.Sampler` for rollouts and for each step's ``a_π`` (one
-    call for all of a step's transitions) and :class:`archer_jax.learners.Learner`'s jitted critic
+  * ours: :class:`archer_jax.sampling.Sampler` for rollouts, the critic phase's ``a_π`` drawn
+    together as a run draws them (``--per-step-a-pi``: one call per step, as earlier results),
+    each actor step's ``a_π``, and :class:`archer_jax.learners.Learner`'s jitted critic
     and actor steps (micro-batches by memory, or ``--micro-batch-size``, in one program);
   * reference: :mod:`reference_torch`, the official code's structure (HF ``generate`` per turn and
     per micro-batch, eager forward/backward per micro-batch, ``torch.optim.Adam``).
@@ -43,7 +44,7 @@ from archer_jax.agents.steps import Steps
 from archer_jax.learners import micro_batching
 from archer_jax.models import tiny
 from archer_jax.runtime import sharding
-from archer_jax.sampling import Sampler, SamplingParams
+from archer_jax.sampling import Sampler, SamplingParams, phase_decodes
 from common import RESULTS, decode_floor_s, machine, peak_bandwidth, peak_flops, print_table, write_result
 from workload import Data, Workload, make_data, phase_times, step_flops, to_critic_ids, workloads
 
@@ -55,8 +56,10 @@ def _tokens(ids: np.ndarray) -> learners.Tokens:
 class JaxArcher:
     """Our side: policy, critic, sampler and learner at the workload's sizes."""
 
-    def __init__(self, w: Workload, tokenizer, dtype=jnp.float32, seed: int = 0, micro_batch_size: int | str = "auto"):
+    def __init__(self, w: Workload, tokenizer, dtype=jnp.float32, seed: int = 0, micro_batch_size: int | str = "auto",
+                 per_step_pi: bool = False):
         self.w = w
+        self.per_step_pi = per_step_pi  # each critic step's a_π in its own decode (as before the phase drew them together)
         kw = dict(dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(seed))
         policy = models.GPT2LMHeadModel(w.policy, **kw)
         critic = learners.DoubleCritic(models.RobertaModel(w.critic, **kw), **kw)
@@ -109,8 +112,21 @@ class JaxArcher:
             _tokens(to_critic_ids(pi, self.w.critic.vocab_size)),
         )
 
+    def phase_pi(self, samples: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+        """The a_π of all of a critic phase's steps at once, as a run draws them
+        (:func:`archer_jax.sampling.phase_decodes.generate_steps`: sorted by length, in the
+        decodes that fit, each row with its step's key)."""
+        prompts = [list(s["policy_observation"]) for s in samples]
+        keys = [self._next_key() for _ in samples]
+        generations = phase_decodes.generate_steps(self.sampler, prompts, keys, [range(len(p)) for p in prompts],
+                                                   self.params, model_state=self.learner.policy_params(self.actor_state))
+        return [g.tokens for g in generations]
+
     def critic_step(self, sample: dict[str, np.ndarray]) -> None:
         pi = self._timed("critic_sampling_s", self.generate, sample["policy_observation"])
+        self.critic_program(sample, pi)
+
+    def critic_program(self, sample: dict[str, np.ndarray], pi: np.ndarray) -> None:
         batch = self.critic_batch(sample, pi)
 
         def step():
@@ -134,8 +150,12 @@ class JaxArcher:
         start = time.perf_counter()
         tokens = self.rollout(data.prompts)
         rollout_s = time.perf_counter() - start
-        for sample in data.critic_samples:
-            self.critic_step(sample)
+        if self.per_step_pi:
+            for sample in data.critic_samples:
+                self.critic_step(sample)
+        else:
+            for sample, pi in zip(data.critic_samples, self._timed("critic_sampling_s", self.phase_pi, data.critic_samples)):
+                self.critic_program(sample, pi)
         critic_s = time.perf_counter() - start - rollout_s
         for sample in data.actor_samples:
             self.actor_step(sample)
@@ -214,7 +234,8 @@ def bench(w: Workload, data: Data, tokenizer, args) -> tuple[dict, dict | None]:
     """Both sides on one workload: each warmed up, then ``repeats`` rounds of one iteration of
     ours followed by one of the reference, so that a machine whose speed drifts (a shared VM)
     slows both alike. Returns (ours, reference) medians; reference None with ``--no-reference``."""
-    ours = JaxArcher(w, tokenizer, jnp.dtype(args.dtype), micro_batch_size=args.micro_batch_size)
+    ours = JaxArcher(w, tokenizer, jnp.dtype(args.dtype), micro_batch_size=args.micro_batch_size,
+                     per_step_pi=args.per_step_a_pi)
     start = time.perf_counter()
     ours.iteration(data)  # compiles every program
     warm_s = time.perf_counter() - start
@@ -278,6 +299,8 @@ def main() -> None:
     parser.add_argument("--profile", default=None, help="write a jax.profiler trace of our timed iterations here")
     parser.add_argument("--peak-flops", type=float, default=None, help="FLOP/s, for MFU on an unlisted device")
     parser.add_argument("--peak-bandwidth", type=float, default=None, help="bytes/s, for the decode roofline")
+    parser.add_argument("--per-step-a-pi", action="store_true",
+                        help="ours: each critic step's a_π in its own decode (the layout of earlier results)")
     parser.add_argument("--tag", default="", help="suffix of the result file name")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()

@@ -69,11 +69,7 @@ def bench(w: Workload, steps: int, args, tokenizer) -> dict:
             times[name].append(time.perf_counter() - start)
     differ = sum(int(np.sum(a.tokens != b.tokens)) for a, b in zip(outputs["per_step"], outputs["batched"]))
     rows = sum(len(p) for p in prompts)
-    limit = sampler.prompt_limit(sampling)
-    longest = max(min(len(r), limit) for p in prompts for r in p)
-    max_rows = phase_decodes.decode_rows(
-        sampler.decoder, sampling, prompt_length=models.bucket_length(longest, limit, min(sampler.min_prompt_bucket, limit)),
-        least=w.transitions, most=rows)
+    max_rows = phase_decodes.phase_rows(sampler, sampling, [r for p in prompts for r in p], w.transitions)
     median = {k: statistics.median(v) for k, v in times.items()}
     return dict(steps=steps, rows=rows, mean_prompt_tokens=float(np.mean([len(r) for p in prompts for r in p])),
                 per_step_s=median["per_step"], batched_s=median["batched"], speedup=median["per_step"] / median["batched"],

@@ -161,6 +161,18 @@ def rows_of(generation: Generation, rows: slice) -> Generation:
                       generation.finish_reasons[rows], Tokens(*(a[rows] for a in generation.prompt)))
 
 
+def phase_rows(sampler: Sampler, sampling: SamplingParams, rows: Sequence[np.ndarray], least: int) -> int:
+    """The most rows a decode of a phase's ``rows`` (``least`` of them a step's) takes: as many
+    as fit (:func:`decode_rows`, at the longest prompt's bucket), but one step's on CPUs, where
+    larger decodes ran slower (each row computes until its decode's longest row ends), as larger
+    learner micro-batches do (:func:`micro_batching.auto_limit`)."""
+    limit = sampler.prompt_limit(sampling)
+    longest = max(min(len(r), limit) for r in rows)
+    cpu = micro_batching.auto_limit(sampler.mesh.devices.flat[0].platform, least) is not None
+    length = bucket_length(longest, limit, min(sampler.min_prompt_bucket, limit))
+    return decode_rows(sampler.decoder, sampling, prompt_length=length, least=least, most=least if cpu else len(rows))
+
+
 def generate_steps(sampler: Sampler, prompts: Sequence[Sequence[np.ndarray]], keys: Sequence[jax.Array],
                    row_ids: Sequence[Sequence[int]], sampling: SamplingParams, *,
                    model_state: nnx.State | None = None) -> list[Generation]:
@@ -174,14 +186,7 @@ def generate_steps(sampler: Sampler, prompts: Sequence[Sequence[np.ndarray]], ke
     rows = [row for step in prompts for row in step]
     if not rows:
         return [_empty(sampling) for _ in sizes]
-    limit = sampler.prompt_limit(sampling)
-    min_bucket = min(sampler.min_prompt_bucket, limit)
-    longest = max(min(len(r), limit) for r in rows)
-    # On CPUs larger decodes ran slower (each row computes to its decode's longest row), as larger
-    # learner micro-batches do (micro_batching.auto_limit): there a decode takes a step's rows.
-    cpu = micro_batching.auto_limit(sampler.mesh.devices.flat[0].platform, max(sizes)) is not None
-    max_rows = decode_rows(sampler.decoder, sampling, prompt_length=bucket_length(longest, limit, min_bucket),
-                           least=max(sizes), most=max(sizes) if cpu else len(rows))
+    max_rows = phase_rows(sampler, sampling, rows, max(sizes))
     step_keys = jnp.repeat(jnp.stack(list(keys)), np.asarray(sizes), axis=0, total_repeat_length=len(rows))
     joined = generate_many(sampler, rows, step_keys, np.concatenate([np.asarray(r, np.int64) for r in row_ids]),
                            sampling, model_state=model_state, max_rows=max_rows, least=max(sizes))
