@@ -127,6 +127,10 @@ class Parts:
             score_stop_token=c.learner.score_stop_token,
         )
         self.batch = c.batch_size * c.grad_accum_steps
+        # The longest token buckets of learner batches (as the plan's parts have them).
+        self.max_prompt_length, self.max_critic_length = sampler.max_prompt_length, max_critic_length
+        self.action_length = self.pipeline.action_bucket
+        self.critic_action_length = max_critic_length if c.model.critic_action == "in_context" else self.action_length
         envs = max(len(host_share(c.rollout_size)), len(host_share(c.eval_size)), 1)  # this host's games
         if c.rollout.slots:  # continuous batching: that many dialogues at once
             envs = min(envs, c.rollout.slots)

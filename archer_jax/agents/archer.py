@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 from typing import ClassVar
 
 from archer_jax.agents.agent import Agent, group, timed
-from archer_jax.agents.programs import Program, after_warmup
+from archer_jax.agents.programs import Program, after_warmup, input_shapes
+from archer_jax.errors import TrainingError
 from archer_jax.learners import archer, packed_batches
 from archer_jax.learners.critic import with_initial_value
 from archer_jax.learners.learner_config import LearnerConfig, loss_options
@@ -27,6 +29,8 @@ from archer_jax.parts import ACTOR, CRITIC
 from archer_jax.replay import ReplayBuffer
 from archer_jax.runtime import sharding as shd
 from archer_jax.runtime.config_keys import key
+
+log = logging.getLogger(__name__)
 
 OFFLINE_LOSSES = ("awr",)  # actor losses that weigh a dataset's actions: offline agents only
 
@@ -110,17 +114,49 @@ def init_critic(agent: Agent, params=None, target=None):
     return Agent.init_critic(agent, params, target)
 
 
-def critic_groups(networks: Networks, transitions: int) -> int:
-    """The groups a packed critic or actor batch of ``transitions`` is cut in (:func:`packed_batches.group_count`)."""
+def group_factor(agent: Agent) -> int:
+    """The groups a device of packed batches when "auto" chooses micro-batches by memory (no
+    CPU limit): the fewest of 1, 2, 4, ... whose critic step fits at the run's longest buckets in
+    micro-batches of one group a device (decided once, on first use, the same on every host and
+    every resume). 1 where micro-batches hold a known number of transitions."""
+    if getattr(agent, "_group_factor", None) is None:
+        agent._group_factor = _group_factor(agent)
+    return agent._group_factor
+
+
+def _group_factor(agent: Agent) -> int:
+    networks, batch = agent.networks, agent.parts.batch
+    fixed = packed_batches.micro_batch_transitions(networks.micro_batch_size, networks.micro_batch_limit)
+    if fixed is not None or not agent.config.learner.pack_critic:
+        return 1
+    multiple = shd.batch_size_multiple(networks.mesh)
+    shapes, factor = input_shapes(agent.parts), 1
+    while True:
+        try:
+            agent.critic_step.layout(agent.abstract_critic(), shapes.packed_critic_batch(batch, multiple * factor))
+            return factor
+        except TrainingError:
+            per_device = batch // multiple
+            if 2 * factor > per_device or per_device % (2 * factor):
+                raise
+            factor *= 2
+            log.info("critic_step: one group of %d transitions a device does not fit; packing %d groups a device",
+                     per_device // (factor // 2), factor)
+
+
+def critic_groups(agent: Agent, transitions: int) -> int:
+    """The groups a packed critic or actor batch of ``transitions`` is cut in
+    (:func:`packed_batches.group_count`, :func:`group_factor`)."""
+    networks = agent.networks
     return packed_batches.group_count(transitions, shd.batch_size_multiple(networks.mesh), networks.micro_batch_size,
-                                      networks.micro_batch_limit)
+                                      networks.micro_batch_limit, factor=group_factor(agent))
 
 
 def critic_program(agent: Agent) -> Program:
     """The critic step, ``critic_steps`` times an iteration (its inputs at the longest buckets)."""
     packed = agent.config.learner.pack_critic
     return Program("critic_step", agent.critic_step,
-                   lambda s, rows: (agent.abstract_critic(), s.packed_critic_batch(rows, critic_groups(s.networks, rows))
+                   lambda s, rows: (agent.abstract_critic(), s.packed_critic_batch(rows, critic_groups(agent, rows))
                                     if packed else s.critic_batch(rows)),
                    agent.config.critic_steps)
 
@@ -132,7 +168,7 @@ def critic_and_actor_programs(agent: Agent, iterations: int) -> list[Program]:
     return [critic_program(agent),
             Program("actor_step", agent.actor_step,
                     lambda s, rows: (agent.abstract_actor(), agent.abstract_critic().params,
-                                     s.packed_actor_batch(rows, critic_groups(s.networks, rows)) if packed
+                                     s.packed_actor_batch(rows, critic_groups(agent, rows)) if packed
                                      else s.actor_batch(rows)),
                     after_warmup(c.actor_steps, c.warmup_iter, iterations))]
 
@@ -152,7 +188,7 @@ def critic_phase(agent: Agent, states: States, replay: ReplayBuffer, iteration: 
     for step, sample in enumerate(samples):
         pi_texts = drawn[step] if drawn is not None else agent.pi_actions(States(states.actor, critic), sample, keys[step])
         pi_rows = parts.pipeline.critic_action_rows(sample["observation"], pi_texts)
-        batch = (parts.pipeline.packed_critic_batch(sample, pi_rows, critic_groups(agent.networks, parts.batch))
+        batch = (parts.pipeline.packed_critic_batch(sample, pi_rows, critic_groups(agent, parts.batch))
                  if agent.config.learner.pack_critic else parts.pipeline.critic_batch(sample, pi_rows))
         critic, metrics = agent.critic_step(critic, batch)
         parts.metrics.add("critic", metrics)
@@ -165,7 +201,7 @@ def actor_phase(agent: Agent, states: States, replay: ReplayBuffer, iteration: i
     for step in range(agent.config.actor_steps):
         sample = replay.sample(parts.batch)
         key = parts.key_for(ACTOR, iteration, step)
-        groups = critic_groups(agent.networks, parts.batch) if agent.packed_actor else None
+        groups = critic_groups(agent, parts.batch) if agent.packed_actor else None
         batch = parts.acting.actor_batch(agent.policy(States(actor, states.critic)), sample, key, groups=groups)
         actor, metrics = agent.actor_step(actor, states.critic.params, batch)
         parts.metrics.add("actor", metrics)

@@ -89,6 +89,12 @@ class InputShapes:
         return BCBatch(self.tokens(rows, self.prompt), self.tokens(rows, self.action))
 
 
+def input_shapes(parts) -> InputShapes:
+    """The abstract inputs' sizes of a run's (or a plan's) parts: its networks and longest token buckets."""
+    return InputShapes(parts.networks, parts.max_prompt_length, parts.action_length, parts.max_critic_length,
+                       parts.critic_action_length)
+
+
 @dataclasses.dataclass(frozen=True)
 class Program:
     """One learner program of an agent's iteration: ``step`` compiled, ``inputs(shapes, rows)``

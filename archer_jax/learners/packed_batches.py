@@ -78,12 +78,14 @@ def micro_batch_transitions(micro_batch_size: int | str = "auto", limit: int | N
     return parse_micro_batch_size(micro_batch_size) or limit
 
 
-def group_count(transitions: int, multiple: int, micro_batch_size: int | str = "auto", limit: int | None = None) -> int:
+def group_count(transitions: int, multiple: int, micro_batch_size: int | str = "auto", limit: int | None = None,
+                factor: int = 1) -> int:
     """The groups a step's ``transitions`` are packed in: one per device of the mesh's batch axes
     (``multiple`` of them) and micro-batch, a micro-batch holding :func:`micro_batch_transitions`,
-    else all of them."""
+    else ``factor`` per device (what "auto" chose by memory: the step's micro-batches then hold
+    one or more of them)."""
     size = micro_batch_transitions(micro_batch_size, limit)
-    return multiple if size is None else multiple * max(1, transitions // size)
+    return multiple * factor if size is None else multiple * max(1, transitions // size)
 
 
 def row_bucket(rows: int) -> int:

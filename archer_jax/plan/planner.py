@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from archer_jax import agents
-from archer_jax.agents.programs import InputShapes
+from archer_jax.agents.programs import input_shapes
 from archer_jax.envs import oracle_formats
 from archer_jax.learners.micro_batching import program_bytes, size_text
 from archer_jax.learners.step_program import abstract
@@ -80,12 +80,6 @@ class Plan:
 
     def not_fitting(self) -> list[ProgramPlan]:
         return [p for p in self.programs if p.fits is False]
-
-
-def input_shapes(parts: PlanParts) -> InputShapes:
-    """The abstract inputs' sizes of a planned run: its networks and longest token buckets."""
-    return InputShapes(parts.networks, parts.max_prompt_length, parts.action_length, parts.max_critic_length,
-                       parts.critic_action_length)
 
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")

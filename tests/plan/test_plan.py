@@ -104,3 +104,33 @@ def test_a_plan_that_does_not_fit_ends_with_one_line(tmp_path):
     # 7.24e9 bfloat16 parameters and two moments (43 GB), and the RoBERTa-base critic with its target and Adam (2 GB).
     assert 44e9 < plan["resident_bytes"] < 47e9
     assert [p["fits"] for p in plan["programs"]] == [False]
+
+
+def test_auto_packs_more_groups_a_chip_when_one_does_not_fit(tmp_path):
+    """With micro_batch_size="auto" on a TPU, a packed critic batch is one group a chip, cut into
+    more groups (2, 4, ...) when a micro-batch of one group a chip does not fit: here 16
+    transitions on 8 chips, in a budget that holds a micro-batch of one transition a chip but not
+    of two."""
+    from archer_jax import agents
+    from archer_jax.agents import archer
+    from archer_jax.agents.programs import input_shapes
+    from archer_jax.learners.micro_batching import HEADROOM, program_bytes
+    from archer_jax.models import attention
+    from archer_jax.plan.abstract_parts import PlanParts
+
+    config = validate(micro(batch_size=16, env__workers=0), weights=False)
+    devices = slices.get("v5litepod-8").devices()
+
+    cls = agents.get(config.agent)
+    with attention.building_for("tpu"):
+        probe = cls(PlanParts(config, devices, tmp_path, cls.networks_for(config.algorithm)), config.algorithm)
+        shapes = input_shapes(probe.parts)
+        need = {factor: program_bytes(probe.critic_step.lower(probe.abstract_critic(), shapes.packed_critic_batch(
+            16, 8 * factor), count=factor).compile(), 0) for factor in (1, 2)}  # micro-batches of one group a chip
+        assert need[2] < need[1]
+        probe.critic_step.free_bytes = lambda _: int((need[1] + need[2]) / 2 / HEADROOM)  # (compiled above: reused)
+        assert archer.critic_groups(probe, 16) == 16  # 2 groups a chip, of 1 transition each
+        layout = probe.critic_step.layout(probe.abstract_critic(), shapes.packed_critic_batch(16, 16))
+        assert (layout.count, layout.size) == (2, 8)  # in micro-batches of one group a chip
+        probe.critic_step.free_bytes = lambda _: 1
+        assert archer.critic_groups(probe, 16) == 16  # decided once
