@@ -165,11 +165,13 @@ def _plan_run(config, target: slices.Target, devices, workdir: Path, config_name
 
     # The learner steps the agent declares, micro-batched by the target's memory as a run does by its device's.
     shapes = input_shapes(parts)
-    declared = [p for p in agent.programs(c.iterations) if only is None or p.name in only]
+    every = agent.programs(c.iterations)
+    if chip is not None and target.is_tpu:  # every step (one's inputs may compile another: packed groups)
+        for declaration in every:
+            declaration.step.free_bytes = lambda devices: chip.hbm_bytes - resident
+    declared = [p for p in every if only is None or p.name in only]
     for declaration in declared:
         name, step = declaration.name, declaration.step
-        if chip is not None and target.is_tpu:
-            step.free_bytes = lambda devices: chip.hbm_bytes - resident
         args = declaration.inputs(shapes, parts.batch)
         program = ProgramPlan(name, "", declaration.per_iteration)
         start = time.perf_counter()
