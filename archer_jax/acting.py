@@ -65,22 +65,16 @@ def sampled_actor_rows(
     ``context`` text when given (the observation: ``model.critic_action="in_context"``). Returns
     ``(rows, generation)``."""
     generation = sampler.generate_rows(policy_observations, key, sampling, model_state=model_state, row_ids=row_ids)
-    return actor_rows_of(generation, critic_tokenizer, critic_observations, max_length=max_length,
-                         stop_token=stop_token, context=context), generation
-
-
-def actor_rows_of(generation: Generation, critic_tokenizer, critic_observations: Sequence[np.ndarray], *,
-                  max_length: int = 512, stop_token: bool = True, context: Sequence[str] | None = None) -> ActorRows:
-    """The actor rows of a generation of ``a_π`` (:func:`sampled_actor_rows`)."""
     prompt = generation.prompt
     cut = [int(not stop_token and reason == "stop") for reason in generation.finish_reasons]
-    return ActorRows(
+    rows = ActorRows(
         [ids[mask == 1] for ids, mask in zip(prompt.input_ids, prompt.attention_mask)],
         [tokens[:n - c] for tokens, n, c in zip(generation.tokens, generation.lengths, cut)],
         list(critic_observations),
         token_rows(critic_tokenizer, generation.texts if context is None else
                    [f"{o}{a}" for o, a in zip(context, generation.texts, strict=True)], max_length=max_length),
     )
+    return rows, generation
 
 
 def actor_batch_of(rows: ActorRows, sampler: Sampler, critic_tokenizer, sampling: SamplingParams, *,
@@ -191,29 +185,17 @@ class Acting:
                     groups: int | None = None) -> ActorBatch | PackedActorBatch:
         """The actor batch of a replay sample with a fresh ``a_π`` for each observation; with
         ``groups``, packed in that many runs of transitions (:func:`packed_actor_rows`)."""
-        return self.actor_batches(policy, [sample], [key], groups=groups)[0]
-
-    def actor_batches(self, policy: nnx.State, samples: Sequence[dict], keys: Sequence[jax.Array], *,
-                      groups: int | None = None) -> list[ActorBatch | PackedActorBatch]:
-        """:meth:`actor_batch` of several replay samples at once (sample ``s`` with ``keys[s]``),
-        their ``a_π`` drawn in the few decodes that fit (this host its share of each; one gather)."""
-        shares = [host_share(len(sample["policy_observation"])) for sample in samples]
-        generations = generate_steps(
-            self.sampler, [sample["policy_observation"][s.start:s.stop] for sample, s in zip(samples, shares)], keys,
-            shares, self.sampling, model_state=self.localize(policy))
-        local = []
-        for sample, share, generation in zip(samples, shares, generations):
-            part = slice(share.start, share.stop)
-            local.append(actor_rows_of(
-                generation, self.pipeline.critic_tokenizer, sample["critic_observation"][part],
-                max_length=self.pipeline.max_critic_length, stop_token=self.score_stop_token,
-                context=sample["observation"][part] if self.pipeline.critic_action_in_context else None))
-        gathered = allgather_objects(local)
-        return [self._actor_batch(functools.reduce(ActorRows.__add__, [host[step] for host in gathered]), groups)
-                for step in range(len(samples))]
-
-    def _actor_batch(self, rows: ActorRows, groups: int | None) -> ActorBatch | PackedActorBatch:
-        """An actor batch of all hosts' rows: packed in ``groups`` runs, else padded."""
+        share = host_share(len(sample["policy_observation"]))
+        rows = ActorRows([], [], [], [])
+        if len(share):
+            rows, _ = sampled_actor_rows(
+                self.sampler, self.pipeline.critic_tokenizer, sample["policy_observation"][share.start:share.stop],
+                sample["critic_observation"][share.start:share.stop], key, self.sampling,
+                model_state=self.localize(policy), max_length=self.pipeline.max_critic_length, row_ids=share,
+                stop_token=self.score_stop_token,
+                context=sample["observation"][share.start:share.stop] if self.pipeline.critic_action_in_context else None,
+            )
+        rows = functools.reduce(ActorRows.__add__, allgather_objects(rows))
         if groups is not None:
             return packed_actor_rows(rows, self.sampler, self.pipeline.critic_tokenizer, self.sampling, groups,
                                      max_length=self.pipeline.max_critic_length)

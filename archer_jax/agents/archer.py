@@ -130,18 +130,17 @@ def _group_factor(agent: Agent) -> int:
     if fixed is not None or not agent.config.learner.pack_critic:
         return 1
     multiple = shd.batch_size_multiple(networks.mesh)
-    shapes, factor = input_shapes(agent.parts), 1
+    shapes, per_device, factor = input_shapes(agent.parts), batch // multiple, 1
     while True:
         try:
             agent.critic_step.layout(agent.abstract_critic(), shapes.packed_critic_batch(batch, multiple * factor))
             return factor
         except TrainingError:
-            per_device = batch // multiple
             if 2 * factor > per_device or per_device % (2 * factor):
                 raise
-            factor *= 2
             log.info("critic_step: one group of %d transitions a device does not fit; packing %d groups a device",
-                     per_device // (factor // 2), factor)
+                     per_device // factor, 2 * factor)
+            factor *= 2
 
 
 def critic_groups(agent: Agent, transitions: int) -> int:

@@ -5,11 +5,11 @@ time (the package docstring says what is counted and how).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import json
 import logging
-import collections
 import math
 import re
 import time

@@ -1,7 +1,7 @@
 """A learner phase's ``a_π`` in a few large decodes instead of one small decode per step.
 
-Within ArCHer's critic phase (and its actor phase) neither the policy nor the replay buffer
-changes, so the ``a_π`` of all its steps can be drawn at once: each row keeps the key and row id
+Within ArCHer's critic phase neither the policy nor the replay buffer changes, so the ``a_π`` of
+all its steps can be drawn at once: each row keeps the key and row id
 its own step would have given it (:func:`archer_jax.sampling.decoding.row_uniforms`), so every
 row draws what it would have drawn in its step's own decode, up to the rounding of logits
 computed in a differently shaped batch.
@@ -10,9 +10,10 @@ computed in a differently shaped batch.
     generation = generate_many(sampler, prompts, keys, row_ids, sampling, max_rows=rows)
 
 :func:`generate_many` sorts the rows by prompt length (so a decode's prompt bucket is that of
-rows of like length), cuts them into decodes of ``max_rows`` rows (in powers of two, so
-that no decode pads rows), dispatches them all before it fetches any (the device runs them back to back while the
-host cuts the texts of the ones before) and returns one :class:`Generation` in the rows' order.
+rows of like length), cuts them into decodes of at most ``max_rows`` rows (powers of two, so
+that no decode pads rows), dispatches them all before it fetches any (the device runs them back
+to back while the host cuts the texts of the ones before) and returns one :class:`Generation` in
+the rows' order.
 :func:`decode_rows` picks ``max_rows`` from the device's free memory, as a learner step's
 ``micro_batch_size="auto"`` does: the memory XLA assigns to one decode of ``least`` rows, read
 from its compiled programs, grows with its rows.
@@ -29,7 +30,7 @@ import numpy as np
 from flax import nnx
 
 from archer_jax.learners import micro_batching
-from archer_jax.models.tokenizer import Tokens, bucket_length, pad_rows
+from archer_jax.models.tokenizer import Tokens, bucket_length
 from archer_jax.sampling.decoding import Decoder, SamplingParams
 from archer_jax.sampling.sampler import Generation, Sampler
 
@@ -115,23 +116,19 @@ def generate_many(sampler: Sampler, rows: Sequence[np.ndarray], keys: jax.Array,
     if row_ids.shape != (n,):
         raise ValueError(f"row_ids has shape {row_ids.shape}, expected ({n},): one id per row")
     limit = sampler.prompt_limit(sampling)
-    lengths = np.array([min(len(r), limit) for r in rows])
-    order = np.argsort(lengths, kind="stable")
+    order = np.argsort([min(len(r), limit) for r in rows], kind="stable")
     pending = []
     for chunk in _chunks(order, max(1, max_rows), least):
-        encoded = pad_rows([np.asarray(rows[i], np.int32)[-limit:] for i in chunk], sampler.pad_id, left=True,
-                           max_length=limit, min_bucket=min(sampler.min_prompt_bucket, limit))
+        encoded = sampler.encode_rows([rows[i] for i in chunk], sampling)
         out = sampler.generate_tokens(encoded.input_ids, encoded.attention_mask, keys[jnp.asarray(chunk)], sampling,
                                       model_state=model_state, row_ids=row_ids[chunk])
         pending.append((chunk, encoded, out))  # dispatched: the device runs the decodes back to back
-    parts = []
-    for chunk, encoded, out in pending:
-        out = jax.tree.map(lambda a, k=len(chunk): np.asarray(a)[:k], jax.device_get(out))
-        parts.append((chunk, sampler._finish(out, sampling, encoded)))
-    return _in_order(parts, n, sampler.pad_id, limit, min(sampler.min_prompt_bucket, limit))
+    parts = [(chunk, sampler.fetch(out, sampling, encoded)) for chunk, encoded, out in pending]
+    return _in_order(sampler, sampling, parts, n)
 
 
-def _in_order(parts: list[tuple[np.ndarray, Generation]], n: int, pad_id: int, limit: int, min_bucket: int) -> Generation:
+def _in_order(sampler: Sampler, sampling: SamplingParams, parts: list[tuple[np.ndarray, Generation]],
+              n: int) -> Generation:
     """The decodes' generations joined into one in the rows' order."""
     at = np.empty(n, np.int64)
     at[np.concatenate([chunk for chunk, _ in parts])] = np.arange(n)
@@ -140,11 +137,8 @@ def _in_order(parts: list[tuple[np.ndarray, Generation]], n: int, pad_id: int, l
     texts = [t for _, g in parts for t in g.texts]
     reasons = [r for _, g in parts for r in g.finish_reasons]
     prompts = [ids[mask == 1] for _, g in parts for ids, mask in zip(g.prompt.input_ids, g.prompt.attention_mask)]
-    longest = max(len(p) for p in prompts)
-    prompt = pad_rows([prompts[i] for i in at], pad_id, left=True, max_length=limit,
-                      length=bucket_length(longest, limit, min_bucket))
+    prompt = sampler.encode_rows([prompts[i] for i in at], sampling)
     return Generation([texts[i] for i in at], *joined, [reasons[i] for i in at], prompt)
-
 
 
 def _empty(sampling: SamplingParams) -> Generation:

@@ -190,10 +190,14 @@ class Sampler:
         kept in a replay buffer): no re-tokenization."""
         if len(rows) == 0:
             raise ValueError("rows is empty: nothing to generate from")
+        return self._generate(self.encode_rows(rows, sampling), key, sampling, model_state, samples, row_ids)
+
+    def encode_rows(self, rows: Sequence[np.ndarray], sampling: SamplingParams) -> Tokens:
+        """Prompts in token ids (one unpadded row each) as :meth:`generate_rows` feeds them: each
+        cut to its last ``prompt_limit`` tokens, left-padded to the longest one's bucket."""
         limit = self.prompt_limit(sampling)
         rows = [np.asarray(r, np.int32)[-limit:] for r in rows]
-        encoded = pad_rows(rows, self.pad_id, left=True, max_length=limit, min_bucket=min(self.min_prompt_bucket, limit))
-        return self._generate(encoded, key, sampling, model_state, samples, row_ids)
+        return pad_rows(rows, self.pad_id, left=True, max_length=limit, min_bucket=min(self.min_prompt_bucket, limit))
 
     def _generate(
         self, encoded: Tokens, key: Array, sampling: SamplingParams, model_state: nnx.State | None, samples: int = 1,
@@ -203,10 +207,15 @@ class Sampler:
             encoded.input_ids, encoded.attention_mask, key, sampling, model_state=model_state, samples=samples,
             row_ids=row_ids,
         )
-        rows = encoded.input_ids.shape[0] * samples
+        return self.fetch(out, sampling, encoded, samples)
+
+    def fetch(self, out: SampledTokens, sampling: SamplingParams, prompt: Tokens, samples: int = 1) -> Generation:
+        """The :class:`Generation` of :meth:`generate_tokens`' device arrays for ``prompt``: brought
+        to the host, the padding rows cut off, the texts cut at their stop strings."""
+        rows = prompt.input_ids.shape[0] * samples
         # Cut the padding rows off on the host: a slice of a device array compiles a program per shape.
         out = jax.tree.map(lambda a: np.asarray(a)[:rows], jax.device_get(out))
-        return self._finish(out, sampling, encoded)
+        return self._finish(out, sampling, prompt)
 
     def _finish(self, out: SampledTokens, sampling: SamplingParams, prompt: Tokens) -> Generation:
         """Host side: texts cut before the stop string, rows truncated where it ends, finish reasons."""
