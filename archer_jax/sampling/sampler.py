@@ -83,6 +83,29 @@ def _cut_at_stop(
     return text[:first], cut, True
 
 
+def _finish(tokenizer: Any, pad_id: int, out: SampledTokens, sampling: SamplingParams, prompt: Tokens) -> Generation:
+    """Host side of a generation: texts cut before the stop string (special tokens left out), rows
+    truncated where it ends, finish reasons."""
+    tokens, lengths = np.array(out.tokens), np.array(out.lengths)
+    logprobs, sample_lp = np.array(out.logprobs), np.array(out.sample_logprobs)
+
+    def decode(ids: Sequence[int]) -> str:  # special tokens left out
+        return tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    eos = tokenizer.eos_token_id
+    texts, reasons = [], []
+    for i in range(len(tokens)):
+        n = int(lengths[i])
+        text, cut, found = _cut_at_stop(decode, tokens[i, :n], sampling.stop_strings)
+        if cut < n:  # a stop string that straddled tokens: drop what the device sampled after it
+            tokens[i, cut:], logprobs[i, cut:], sample_lp[i, cut:] = pad_id, 0.0, 0.0
+            lengths[i] = n = cut
+        ends_at_eos = sampling.stop_at_eos and n and int(tokens[i, n - 1]) == eos
+        texts.append(text)
+        reasons.append("stop" if found else "eos" if ends_at_eos else "length")
+    return Generation(texts, tokens, lengths, logprobs, sample_lp, reasons, prompt)
+
+
 def _from_decoder(name: str) -> property:
     """A read-only attribute of the sampler that lives on its :class:`Decoder`."""
     return property(lambda self: getattr(self.decoder, name), doc=f"The decoder's ``{name}`` (:class:`Decoder`).")
@@ -215,29 +238,4 @@ class Sampler:
         rows = prompt.input_ids.shape[0] * samples
         # Cut the padding rows off on the host: a slice of a device array compiles a program per shape.
         out = jax.tree.map(lambda a: np.asarray(a)[:rows], jax.device_get(out))
-        return self._finish(out, sampling, prompt)
-
-    def _finish(self, out: SampledTokens, sampling: SamplingParams, prompt: Tokens) -> Generation:
-        """Host side: texts cut before the stop string, rows truncated where it ends, finish reasons."""
-        tokens, lengths = np.array(out.tokens), np.array(out.lengths)
-        logprobs, sample_lp = np.array(out.logprobs), np.array(out.sample_logprobs)
-        eos = self.tokenizer.eos_token_id
-        texts, reasons = [], []
-        for i in range(len(tokens)):
-            n = int(lengths[i])
-            text, cut, found = self._cut_at_stop(tokens[i, :n], sampling.stop_strings)
-            if cut < n:  # a stop string that straddled tokens: drop what the device sampled after it
-                tokens[i, cut:], logprobs[i, cut:], sample_lp[i, cut:] = self.pad_id, 0.0, 0.0
-                lengths[i] = n = cut
-            ends_at_eos = sampling.stop_at_eos and n and int(tokens[i, n - 1]) == eos
-            texts.append(text)
-            reasons.append("stop" if found else "eos" if ends_at_eos else "length")
-        return Generation(texts, tokens, lengths, logprobs, sample_lp, reasons, prompt)
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        """The text of ``ids``, special tokens left out."""
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
-
-    def _cut_at_stop(self, ids: np.ndarray, stop_strings: Sequence[str]) -> tuple[str, int, bool]:
-        """(text before the first stop string, tokens up to the one completing it, whether found)."""
-        return _cut_at_stop(self._decode, ids, stop_strings)
+        return _finish(self.tokenizer, self.pad_id, out, sampling, prompt)
