@@ -31,7 +31,7 @@ from archer_jax.models.tokenizer import token_rows
 from archer_jax.sampling import Sampler, SamplingParams
 from tests.learners.conftest import OBSERVATIONS
 
-STEPS, ROWS, NEW_TOKENS = 32, 32, 8  # batches (each one gradient), rows per batch, tokens per action
+STEPS, ROWS, NEW_TOKENS = 32, 16, 8  # batches (each one gradient), rows per batch, tokens per action
 SHARPEN = 10.0
 ADVANTAGE = 1.0
 
@@ -54,9 +54,19 @@ def setup(tiny_dirs, tokenizers):
     return Sampler(_policy(tiny_dirs), tokenizers[0]), critic
 
 
+_SAMPLED: dict = {}  # (sampling, packed) -> batches: tests at the same sampling share its draw
+
+
 def sampled_batches(setup, tokenizers, sampling: SamplingParams, seed: int = 7, packed: bool = False):
     """``STEPS`` actor batches of ``ROWS`` fresh a_π each, as a run lays them out (``packed``: as
-    online ArCHer's run with ``learner.pack_actor``, one group)."""
+    online ArCHer's run with ``learner.pack_actor``, one group). Drawn once per module and setting."""
+    key = (id(setup), sampling, seed, packed)
+    if key not in _SAMPLED:
+        _SAMPLED[key] = _sampled_batches(setup, tokenizers, sampling, seed, packed)
+    return _SAMPLED[key]
+
+
+def _sampled_batches(setup, tokenizers, sampling: SamplingParams, seed: int, packed: bool):
     sampler, _ = setup
     observations = [OBSERVATIONS[i % len(OBSERVATIONS)] for i in range(STEPS * ROWS)]
     rows, _ = acting.sampled_actor_rows(
