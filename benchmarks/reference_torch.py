@@ -14,7 +14,10 @@ token-level workload of :mod:`workload` (same model sizes, shapes and counts as 
     ``backward()``; then clipping and ``Adam``.
 
 The official code's own defects that change no amount of work are kept out (gradients are
-averaged over micro-batches; the observation and action are packed without a pad gap).
+averaged over micro-batches; the observation and action are packed without a pad gap). At real
+lengths (``Data.real_lengths``) each micro-batch is padded to its longest row, as the official
+code's tokenizer calls (``padding=True``) pad it, with attention masks; a_π keeps its utterance's
+tokens (``pi_length``) in the log-probability and the critic.
 
     python benchmarks/reference_torch.py --size tiny
 Prints the phase times of one iteration (after a warm-up iteration).
@@ -32,7 +35,21 @@ import torch
 import transformers
 from torch import nn
 
-from workload import Data, Workload, make_data, phase_times, to_critic_ids, workloads
+from workload import REAL_LENGTHS, Data, Workload, make_data, phase_times, to_critic_ids, workloads
+
+
+Tokens = tuple[torch.Tensor, torch.Tensor]  # (ids, attention mask)
+TOKEN_FIELDS = ("policy_observation", "observation", "action", "next_observation")
+
+
+def padded(rows: list[np.ndarray], pad_id: int, left: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Rows padded to the longest (``left``: on the left, as for ``generate``), and their mask."""
+    width = max(len(r) for r in rows)
+    ids, mask = np.full((len(rows), width), pad_id, np.int64), np.zeros((len(rows), width), np.int64)
+    for i, r in enumerate(rows):
+        cut = slice(width - len(r), width) if left else slice(0, len(r))
+        ids[i, cut], mask[i, cut] = r, 1
+    return ids, mask
 
 
 def _mlp(d_in: int, d: int) -> nn.Sequential:
@@ -49,10 +66,9 @@ class DoubleCritic(nn.Module):
         self.critic1, self.critic2 = _mlp(2 * d, d), _mlp(2 * d, d)
         self.v_critic1, self.v_critic2 = _mlp(d, d), _mlp(d, d)
 
-    def forward(self, observation: torch.Tensor, action: torch.Tensor):
-        ones = lambda x: torch.ones_like(x)  # noqa: E731  (random ids: no padding)
-        s = self.base_lm(input_ids=observation, attention_mask=ones(observation)).pooler_output
-        a = self.base_lm(input_ids=action, attention_mask=ones(action)).pooler_output
+    def forward(self, observation: Tokens, action: Tokens):
+        s = self.base_lm(input_ids=observation[0], attention_mask=observation[1]).pooler_output
+        a = self.base_lm(input_ids=action[0], attention_mask=action[1]).pooler_output
         both = torch.cat([s, a], dim=-1)
         return self.critic1(both), self.critic2(both), self.v_critic1(s), self.v_critic2(s)
 
@@ -74,20 +90,25 @@ class TorchArcher:
     def tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array).to(self.device)
 
-    def get_action(self, observation: torch.Tensor) -> torch.Tensor:
+    def get_action(self, observation: torch.Tensor | Tokens) -> torch.Tensor:
         """``generate`` exactly ``new_tokens`` sampled tokens per row; returns the new ids."""
         w = self.w
+        observation, mask = observation if isinstance(observation, tuple) else (observation, torch.ones_like(observation))
         with torch.no_grad():
             out = self.policy.generate(
-                input_ids=observation, attention_mask=torch.ones_like(observation), do_sample=True,
+                input_ids=observation, attention_mask=mask, do_sample=True,
                 max_new_tokens=w.new_tokens, min_new_tokens=w.new_tokens, temperature=w.temperature, top_p=w.top_p,
                 top_k=0, pad_token_id=w.policy.eos_token_id,
             )
         self.generated_tokens += out.shape[0] * (out.shape[1] - observation.shape[1])
         return out[:, observation.shape[1]:]
 
-    def critic_ids(self, policy_ids: torch.Tensor) -> torch.Tensor:
-        return self.tensor(to_critic_ids(policy_ids.cpu().numpy(), self.w.critic.vocab_size))
+    def critic_ids(self, policy_ids: torch.Tensor, lengths: np.ndarray | None = None) -> Tokens:
+        """a_π in critic ids: all its tokens, or (real lengths) <s>, its first ``lengths`` tokens, </s>."""
+        ids = to_critic_ids(policy_ids.cpu().numpy(), self.w.critic.vocab_size)
+        if lengths is None:
+            return self.tensor(ids), torch.ones_like(self.tensor(ids))
+        return tuple(self.tensor(x) for x in padded([np.array([0, *r[:k], 2]) for r, k in zip(ids, lengths)], 1))
 
     # ---- rollouts ---------------------------------------------------------------------------
 
@@ -101,7 +122,7 @@ class TorchArcher:
     def critic_loss(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
         q1, q2, v1, v2 = self.critic(micro["observation"], micro["action"])
         with torch.no_grad():
-            pi_action = self.critic_ids(self.get_action(micro["policy_observation"]))
+            pi_action = self.critic_ids(self.get_action(micro["policy_observation"]), micro.get("pi_length"))
             target_q1, target_q2, _, _ = self.target_critic(micro["observation"], pi_action)
             _, _, target_v1, target_v2 = self.target_critic(micro["next_observation"], micro["action"])
             keep = self.w.gamma * (1 - micro["terminal"])
@@ -128,22 +149,28 @@ class TorchArcher:
 
     # ---- actor ------------------------------------------------------------------------------
 
-    def get_log_prob(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def get_log_prob(self, observation: Tokens, action: Tokens) -> torch.Tensor:
         """Σ_t log π(a_t | s, a_<t), as the official agent computes it (softmax over every position)."""
-        sequence = torch.cat([observation, action], dim=1)
-        logits = self.policy(input_ids=sequence, attention_mask=torch.ones_like(sequence)).logits
+        sequence = torch.cat([observation[0], action[0]], dim=1)
+        logits = self.policy(input_ids=sequence, attention_mask=torch.cat([observation[1], action[1]], dim=1)).logits
         probs = torch.softmax(logits, dim=-1)
-        start = observation.shape[1] - 1
-        selected = torch.take_along_dim(probs[:, start:-1], action.unsqueeze(2), dim=2).squeeze(2)
-        return torch.sum(torch.log(selected), dim=1)
+        start = observation[0].shape[1] - 1
+        selected = torch.take_along_dim(probs[:, start:-1], action[0].unsqueeze(2), dim=2).squeeze(2)
+        return torch.sum(torch.where(action[1] > 0, torch.log(selected), 0.0), dim=1)
 
     def actor_loss(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
         self.policy.eval()
         pi_action = self.get_action(micro["policy_observation"])
         self.policy.train()
-        log_prob = self.get_log_prob(micro["policy_observation"], pi_action)
+        lengths = micro.get("pi_length")
+        if lengths is None:
+            action = (pi_action, torch.ones_like(pi_action))
+        else:  # the utterance's tokens, right-padded to the micro-batch's longest
+            width = int(lengths.max())
+            action = (pi_action[:, :width], self.tensor((np.arange(width) < lengths[:, None]).astype(np.int64)))
+        log_prob = self.get_log_prob(micro["policy_observation"], action)
         with torch.no_grad():
-            q1, q2, v1, v2 = self.critic(micro["observation"], self.critic_ids(pi_action))
+            q1, q2, v1, v2 = self.critic(micro["observation"], self.critic_ids(pi_action, lengths))
             advantage = (torch.minimum(q1, q2) - torch.minimum(v1, v2)).flatten()
         loss = -torch.mean(log_prob.flatten() * advantage)
         (loss / self.w.micro_batches).backward()
@@ -156,10 +183,24 @@ class TorchArcher:
         self.lm_optimizer.step()
         return float(torch.stack(losses).mean())
 
-    def _micro_batches(self, sample: dict[str, np.ndarray]):
+    def _micro_batches(self, sample: dict):
+        """Micro-batches of ``batch`` transitions: token fields as (ids, mask), rows of several
+        lengths padded to the micro-batch's longest (the policy's on the left, with its EOS)."""
         b = self.w.batch
         for start in range(0, self.w.transitions, b):
-            yield {k: self.tensor(v[start:start + b]) for k, v in sample.items()}
+            micro = {}
+            for k, v in sample.items():
+                v = v[start:start + b]
+                if k == "pi_length":
+                    micro[k] = v
+                elif k not in TOKEN_FIELDS:
+                    micro[k] = self.tensor(v)
+                elif isinstance(v, np.ndarray):
+                    micro[k] = self.tensor(v), torch.ones_like(self.tensor(v))
+                else:
+                    pad = self.w.policy.eos_token_id if k == "policy_observation" else 1
+                    micro[k] = tuple(self.tensor(x) for x in padded(v, pad, left=k == "policy_observation"))
+            yield micro
 
     def sync(self) -> None:
         if self.device.startswith("cuda"):
@@ -200,14 +241,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=("tiny", "base"), default="tiny")
     parser.add_argument("--base-micro-batches", type=int, default=4)
+    parser.add_argument("--lengths", choices=("real", "fixed"), default="real", help="as iteration.py's")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    w = workloads(args.base_micro_batches)[args.size]
+    sizes = workloads(args.base_micro_batches)
+    w = sizes[args.size]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     agent = TorchArcher(w, device)
-    data = make_data(w)
+    data = make_data(w, lengths=sizes[REAL_LENGTHS[args.size]] if args.lengths == "real" else None)
     warm_up(agent, data)
     for k, v in run_iteration(agent, data).items():
         print(f"{k:>22}: {v:.4g}")

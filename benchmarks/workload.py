@@ -98,14 +98,36 @@ def workloads(base_micro_batches: int = 4, base_turns: int = 2) -> dict[str, Wor
 
 @dataclasses.dataclass
 class Data:
-    """The iteration's inputs (NumPy): rollout prompts per turn and one sample per learner step."""
+    """The iteration's inputs (NumPy): rollout prompts per turn and one sample per learner step.
+
+    At fixed lengths a sample's token fields are ``[transitions, length]`` arrays; at real lengths
+    (``lengths``) they are lists of one row per transition, and ``pi_length`` gives how many of
+    a_π's sampled tokens each transition's learner rows keep (its utterance up to the stop string)."""
 
     prompts: list[np.ndarray]  # [rollout_batch, prompt_length(t)] policy ids
-    critic_samples: list[dict[str, np.ndarray]]  # per critic step, [transitions, ...] each
-    actor_samples: list[dict[str, np.ndarray]]  # per actor step
+    critic_samples: list[dict]  # per critic step, one entry per transition each
+    actor_samples: list[dict]  # per actor step
+    lengths: str | None = None  # the workload whose games give the real lengths; None: fixed
+
+    @property
+    def real_lengths(self) -> bool:
+        return self.lengths is not None
 
 
-def make_data(w: Workload, seed: int = 0) -> Data:
+REAL_LENGTHS = {"tiny": "tiny", "base": "paper", "paper": "paper"}  # whose games give each size's lengths
+UTTERANCE = (6, 16)  # an utterance's tokens (a question, an answer; a_π up to its stop string)
+
+
+def row_limit(w: Workload) -> int:
+    """The longest observation row at real lengths: the policy's prompt limit and the critic's
+    positions (less <s> and </s>), whichever is shorter."""
+    return min(w.policy.n_positions - w.new_tokens, w.critic.max_position_embeddings - 4)
+
+
+def make_data(w: Workload, seed: int = 0, lengths: Workload | None = None) -> Data:
+    """The iteration's inputs: every learner row ``w.observation`` tokens long, or, with ``lengths``,
+    at the real length distribution of a replay of ``lengths``' games (:func:`transition_lengths`;
+    utterances of :data:`UTTERANCE` tokens; critic rows in <s> ... </s>)."""
     rng = np.random.default_rng(seed)
     pv, cv = w.policy.vocab_size, w.critic.vocab_size
     n, obs, act = w.transitions, w.observation, w.new_tokens
@@ -113,29 +135,41 @@ def make_data(w: Workload, seed: int = 0) -> Data:
     def ids(vocab: int, *shape: int) -> np.ndarray:
         return rng.integers(3, vocab, shape).astype(np.int32)
 
-    def critic_sample() -> dict[str, np.ndarray]:
-        return dict(
-            policy_observation=ids(pv, n, obs), observation=ids(cv, n, obs), action=ids(cv, n, act),
-            next_observation=ids(cv, n, obs), reward=-rng.integers(0, 2, n).astype(np.float32),
-            terminal=(rng.random(n) < 0.1).astype(np.float32),
-        )
+    def critic_rows(lengths_: np.ndarray) -> list[np.ndarray]:
+        return [np.array([0, *ids(cv, int(k)), 2], np.int32) for k in lengths_]
 
-    def actor_sample() -> dict[str, np.ndarray]:
-        return dict(policy_observation=ids(pv, n, obs), observation=ids(cv, n, obs))
+    def learner_sample(critic: bool) -> dict:
+        if lengths is None:
+            out = dict(policy_observation=ids(pv, n, obs), observation=ids(cv, n, obs))
+            if critic:
+                out.update(action=ids(cv, n, act), next_observation=ids(cv, n, obs))
+        else:
+            drawn = {k: np.minimum(v, row_limit(w)) for k, v in transition_lengths(lengths, rng, n).items()}
+            utterance = lambda: rng.integers(UTTERANCE[0], UTTERANCE[1] + 1, n)  # noqa: E731
+            out = dict(policy_observation=[ids(pv, int(k)) for k in drawn["observation"]],
+                       observation=critic_rows(drawn["observation"]), pi_length=np.minimum(utterance(), act))
+            if critic:
+                out.update(action=critic_rows(utterance()), next_observation=critic_rows(drawn["next_observation"]))
+        if critic:
+            out.update(reward=-rng.integers(0, 2, n).astype(np.float32),
+                       terminal=(rng.random(n) < 0.1).astype(np.float32))
+        return out
 
     return Data(
         prompts=[ids(pv, w.rollout_batch, w.prompt_length(t)) for t in range(w.turns)],
-        critic_samples=[critic_sample() for _ in range(w.critic_epochs)],
-        actor_samples=[actor_sample() for _ in range(w.actor_epochs)],
+        critic_samples=[learner_sample(True) for _ in range(w.critic_epochs)],
+        actor_samples=[learner_sample(False) for _ in range(w.actor_epochs)],
+        lengths=None if lengths is None else lengths.name,
     )
 
 
-def transition_lengths(w: Workload, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def transition_lengths(w: Workload, rng: np.random.Generator, count: int | None = None) -> dict[str, np.ndarray]:
     """Observation lengths of one learner step's transitions at the real distribution of a replay
     of ``w``'s games: a transition of turn t (uniform over the ``turns`` turns, as in a buffer of
     games that run to their limit, a weak policy's) observes ``prompt_length(t)`` tokens and its
-    next observation ``prompt_length(t + 1)``. (The fixed workloads use ``observation`` for all.)"""
-    turn = rng.integers(0, w.turns, w.transitions)
+    next observation ``prompt_length(t + 1)``; ``count`` of them (default: ``w``'s transitions a
+    step). (The fixed workloads use ``observation`` for all.)"""
+    turn = rng.integers(0, w.turns, w.transitions if count is None else count)
     return dict(observation=w.prompt_length(turn), next_observation=w.prompt_length(turn + 1))
 
 
@@ -177,3 +211,21 @@ def step_flops(w: Workload) -> dict[str, float]:
     actor = (3 * (forward_flops(p, n, obs + act) + head)  # log π(a_π | s), with gradient
              + forward_flops(c, n, obs) + forward_flops(c, n, act))  # online critic: A(s, a_π)
     return dict(critic=critic, actor=actor)
+
+
+def real_step_flops(w: Workload, data: Data) -> dict[str, float]:
+    """:func:`step_flops` at real lengths: the mean over the data's learner samples of each
+    transition's FLOPs at its own rows' lengths (the work a step must do, whatever its padding)."""
+    c, p = w.critic, w.policy
+    f = lambda config, length: forward_flops(config, 1, int(length))  # noqa: E731
+
+    def critic(s: dict) -> float:
+        return sum(3 * (f(c, len(o)) + f(c, len(a))) + f(c, len(o)) + f(c, len(n)) + f(c, k + 2)
+                   for o, a, n, k in zip(s["observation"], s["action"], s["next_observation"], s["pi_length"]))
+
+    def actor(s: dict) -> float:
+        return sum(3 * (f(p, len(po) + k) + 2.0 * p.n_embd * p.vocab_size * k) + f(c, len(o)) + f(c, k + 2)
+                   for po, o, k in zip(s["policy_observation"], s["observation"], s["pi_length"]))
+
+    return dict(critic=float(np.mean([critic(s) for s in data.critic_samples])),
+                actor=float(np.mean([actor(s) for s in data.actor_samples])))
