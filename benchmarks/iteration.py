@@ -77,8 +77,8 @@ def critic_pi_rows(pi: np.ndarray, lengths: np.ndarray, critic_vocab: int) -> li
     return [np.array([0, *to_critic_ids(p[:k], critic_vocab), 2], np.int32) for p, k in zip(pi, lengths)]
 
 
-def real_tokens(rows: list, real: int) -> float:
-    """The padding fraction of a batch whose rows hold ``real`` tokens in all."""
+def padding_fraction(rows: list, real: int) -> float:
+    """The share of a batch's positions (its token rows, ``rows``) that hold none of its ``real`` tokens."""
     return 1 - real / sum(int(np.asarray(r).size) for r in rows)
 
 
@@ -151,7 +151,7 @@ class JaxArcher:
         encoded = ([batch.online.ids, batch.target.ids] if self.packed else
                    [batch.observation.ids, batch.observation.ids, batch.action.ids, batch.next_observation.ids,
                     batch.pi_action.ids])
-        self.padding["critic"].append(real_tokens(encoded, real))
+        self.padding["critic"].append(padding_fraction(encoded, real))
         return batch
 
     def actor_batch(self, sample: dict, pi: np.ndarray):
@@ -178,7 +178,7 @@ class JaxArcher:
             batch = actor_batch(observation, action, CRITIC_PAD, sample["observation"], critic_pi,
                                 max_length=row_limit(w) + 2)
             encoded = [batch.observation.ids, batch.action.ids, batch.critic_observation.ids, batch.critic_action.ids]
-        self.padding["actor"].append(real_tokens(encoded, real))
+        self.padding["actor"].append(padding_fraction(encoded, real))
         return batch
 
     def phase_pi(self, samples: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
@@ -199,8 +199,8 @@ class JaxArcher:
         batch = self.critic_batch(sample, pi)
 
         def step():
-            step = self.learner.packed_critic_step if isinstance(batch, PackedCriticBatch) else self.learner.critic_step
-            self.critic_state, metrics = step(self.critic_state, batch)
+            program = self.learner.packed_critic_step if isinstance(batch, PackedCriticBatch) else self.learner.critic_step
+            self.critic_state, metrics = program(self.critic_state, batch)
             return metrics
 
         self._timed("critic_program_s", step)
@@ -210,8 +210,8 @@ class JaxArcher:
         batch = self.actor_batch(sample, pi)
 
         def step():
-            step = self.learner.packed_actor_step if isinstance(batch, PackedActorBatch) else self.learner.actor_step
-            self.actor_state, metrics = step(self.actor_state, self.critic_state.params, batch)
+            program = self.learner.packed_actor_step if isinstance(batch, PackedActorBatch) else self.learner.actor_step
+            self.actor_state, metrics = program(self.actor_state, self.critic_state.params, batch)
             return metrics
 
         self._timed("actor_program_s", step)
@@ -393,8 +393,8 @@ def main() -> None:
     table, results = [], {}
     with tempfile.TemporaryDirectory() as tmp:  # any tokenizer will do: the workload is token ids
         tokenizer = models.load_tokenizer(tiny.build_tiny("gpt2", Path(tmp) / "tok"))
+        sizes = workloads(args.base_micro_batches, args.base_turns)
         for size in args.sizes:
-            sizes = workloads(args.base_micro_batches, args.base_turns)
             w = sizes[size]
             data = make_data(w, lengths=sizes[REAL_LENGTHS[size]] if args.lengths == "real" else None)
             ours, ref = bench(w, data, tokenizer, args)

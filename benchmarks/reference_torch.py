@@ -107,7 +107,8 @@ class TorchArcher:
         """a_π in critic ids: all its tokens, or (real lengths) <s>, its first ``lengths`` tokens, </s>."""
         ids = to_critic_ids(policy_ids.cpu().numpy(), self.w.critic.vocab_size)
         if lengths is None:
-            return self.tensor(ids), torch.ones_like(self.tensor(ids))
+            ids = self.tensor(ids)
+            return ids, torch.ones_like(ids)
         return tuple(self.tensor(x) for x in padded([np.array([0, *r[:k], 2]) for r, k in zip(ids, lengths)], 1))
 
     # ---- rollouts ---------------------------------------------------------------------------

@@ -12,6 +12,8 @@ since under samples of a cooler (or cut) distribution the model's own score
 scale x 10) so that its distribution is peaked like a trained policy's.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -54,19 +56,16 @@ def setup(tiny_dirs, tokenizers):
     return Sampler(_policy(tiny_dirs), tokenizers[0]), critic
 
 
-_SAMPLED: dict = {}  # (sampling, packed) -> batches: tests at the same sampling share its draw
+@pytest.fixture(scope="module")
+def sampled(setup, tokenizers):
+    """:func:`sampled_batches` for this module's setup, each (sampling, packed) drawn once: tests at
+    the same sampling share its draw."""
+    return functools.cache(functools.partial(sampled_batches, setup, tokenizers))
 
 
 def sampled_batches(setup, tokenizers, sampling: SamplingParams, seed: int = 7, packed: bool = False):
     """``STEPS`` actor batches of ``ROWS`` fresh a_π each, as a run lays them out (``packed``: as
-    online ArCHer's run with ``learner.pack_actor``, one group). Drawn once per module and setting."""
-    key = (id(setup), sampling, seed, packed)
-    if key not in _SAMPLED:
-        _SAMPLED[key] = _sampled_batches(setup, tokenizers, sampling, seed, packed)
-    return _SAMPLED[key]
-
-
-def _sampled_batches(setup, tokenizers, sampling: SamplingParams, seed: int, packed: bool):
+    online ArCHer's run with ``learner.pack_actor``, one group)."""
     sampler, _ = setup
     observations = [OBSERVATIONS[i % len(OBSERVATIONS)] for i in range(STEPS * ROWS)]
     rows, _ = acting.sampled_actor_rows(
@@ -125,35 +124,35 @@ def sampling_at(temperature: float, top_p: float) -> SamplingParams:
 
 
 @pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
-def test_a_constant_advantage_moves_no_policy_at_the_tiny_presets_sampling(tiny_dirs, tokenizers, setup):
+def test_a_constant_advantage_moves_no_policy_at_the_tiny_presets_sampling(tiny_dirs, setup, sampled):
     """At temperature 0.7 and top_p 0.9 (the tiny presets'): ArCHer's actor step has mean gradient 0
     within 4 standard errors, padded and packed (a run's default). Scored as it was before (at
     temperature 1, no nucleus) the same samples push the policy's scale by more than 10 standard
     errors."""
     sampling = sampling_at(0.7, 0.9)
-    batches = sampled_batches(setup, tokenizers, sampling)
+    batches = sampled(sampling)
     assert abs(archer_statistic(tiny_dirs, setup, batches, sampling.distribution)) < 4
     assert abs(archer_statistic(tiny_dirs, setup, batches, TokenDistribution())) > 10
-    packed = sampled_batches(setup, tokenizers, sampling, packed=True)
+    packed = sampled(sampling, packed=True)
     assert abs(archer_statistic(tiny_dirs, setup, packed, sampling.distribution, packed=True)) < 4
 
 
 @pytest.mark.slow
-def test_a_constant_advantage_moves_no_policy_in_ppos_first_epoch(tiny_dirs, tokenizers, setup):
+def test_a_constant_advantage_moves_no_policy_in_ppos_first_epoch(tiny_dirs, setup, sampled):
     """PPO's first-epoch step at the tiny presets' sampling: mean gradient 0 within 4 standard
     errors; scored as before (at the temperature, without the nucleus) more than 10 away."""
     sampling = sampling_at(0.7, 0.9)
-    batches = sampled_batches(setup, tokenizers, sampling)
+    batches = sampled(sampling)
     assert abs(ppo_statistic(tiny_dirs, batches, sampling.distribution)) < 4
     assert abs(ppo_statistic(tiny_dirs, batches, TokenDistribution(temperature=0.7))) > 10
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("temperature, top_p", [(0.7, 1.0), (1.0, 0.9), (1.0, 1.0)])
-def test_a_constant_advantage_moves_no_policy_at_other_samplings(tiny_dirs, tokenizers, setup, temperature, top_p):
+def test_a_constant_advantage_moves_no_policy_at_other_samplings(tiny_dirs, setup, sampled, temperature, top_p):
     """The same for both steps at the other corners of temperature {0.7, 1} x top_p {0.9, 1}."""
     sampling = sampling_at(temperature, top_p)
-    batches = sampled_batches(setup, tokenizers, sampling)
+    batches = sampled(sampling)
     assert abs(archer_statistic(tiny_dirs, setup, batches, sampling.distribution)) < 4
     assert abs(ppo_statistic(tiny_dirs, batches, sampling.distribution)) < 4
     if not sampling.distribution.is_model:  # the untempered, uncut model: what the actor scored before
@@ -161,11 +160,11 @@ def test_a_constant_advantage_moves_no_policy_at_other_samplings(tiny_dirs, toke
 
 
 @pytest.mark.slow  # over 5 s on 2 cores: the fast tier skips it
-def test_a_centred_advantage_is_the_batch_mean_less(tiny_dirs, tokenizers, setup):
+def test_a_centred_advantage_is_the_batch_mean_less(tiny_dirs, setup, sampled):
     """``learner.center_advantage``: a constant advantage less the step batch's mean is 0 on every
     row, so the compiled step (in 4 micro-batches, the mean over all of them) moves nothing."""
     sampling = sampling_at(0.7, 0.9)
-    batch = sampled_batches(setup, tokenizers, sampling)[0]
+    batch = sampled(sampling)[0]
     actor = learners.Actor(_policy(tiny_dirs), rngs=nnx.Rngs(0))
     networks = Networks(actor, setup[1], matmul_precision="highest", micro_batch_size=ROWS // 4)
     tx, critic_tx = optax.sgd(1.0), train_state.optimizer(1e-4, 1.0)
